@@ -1,0 +1,1 @@
+"""DFlash: block-diffusion speculative decoding (drafter, verification, reference loop)."""

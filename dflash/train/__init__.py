@@ -1,0 +1,1 @@
+"""DFlash drafter training: prompt sources, target responses, features, masks, loss, trainer."""

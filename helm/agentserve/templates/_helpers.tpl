@@ -1,0 +1,76 @@
+{{/* Chart name, truncated to 63 chars. */}}
+{{- define "agentserve.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-scoped name prefix for the chart's own objects. */}}
+{{- define "agentserve.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "agentserve.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "agentserve.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "agentserve.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "agentserve.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "agentserve.operatorSelector" -}}
+app.kubernetes.io/name: {{ include "agentserve.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "agentserve.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "agentserve.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "agentserve.operatorImage" -}}
+{{- printf "%s:%s" .Values.operator.image.repository (default .Chart.AppVersion .Values.operator.image.tag) }}
+{{- end }}
+
+{{- define "agentserve.servingImage" -}}
+{{- printf "%s:%s" .Values.servingImage.repository (default (printf "%s-cuda" .Chart.AppVersion) .Values.servingImage.tag) }}
+{{- end }}
+
+{{- define "agentserve.apiKeySecret" -}}
+{{- default (printf "%s-api-keys" .Release.Name) .Values.apiKeys.secretName }}
+{{- end }}
+
+{{/* The first AgentServe's spec: agentServe.spec, with `model`, a default tenant, the key
+Secret and the serving image filled in where the spec leaves them out. */}}
+{{- define "agentserve.firstSpec" -}}
+{{- $spec := deepCopy (.Values.agentServe.spec | default dict) }}
+{{- if not $spec.models }}
+{{- $_ := set $spec "models" (list .Values.model) }}
+{{- end }}
+{{- if not $spec.tenants }}
+{{- $_ := set $spec "tenants" (list (dict "name" .Values.apiKeys.tenant "sla" dict)) }}
+{{- end }}
+{{- $kube := deepCopy ($spec.kubernetes | default dict) }}
+{{- if not $kube.api_key_secret }}
+{{- $_ := set $kube "api_key_secret" (include "agentserve.apiKeySecret" .) }}
+{{- end }}
+{{- if not $kube.image }}
+{{- $_ := set $kube "image" (include "agentserve.servingImage" .) }}
+{{- $_ := set $kube "image_pull_policy" .Values.servingImage.pullPolicy }}
+{{- end }}
+{{- $_ := set $spec "kubernetes" $kube }}
+{{- toYaml $spec }}
+{{- end }}
+
+{{/* Whether the chart creates the first AgentServe. */}}
+{{- define "agentserve.firstEnabled" -}}
+{{- if and .Values.agentServe.enabled (or .Values.model.source (.Values.agentServe.spec | default dict).models) }}true{{ end }}
+{{- end }}

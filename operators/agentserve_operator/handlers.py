@@ -1,0 +1,99 @@
+"""kopf registration only: AgentServe events and a drift timer delegate to reconcile().
+
+Run: `kopf run -m agentserve_operator.handlers --all-namespaces --liveness=http://0.0.0.0:8080/healthz`.
+Invalid specs -> kopf.PermanentError (status + Event written by reconcile); API failures ->
+kopf.TemporaryError (kopf retries with the given delay). Children are deleted by Kubernetes'
+garbage collector through owner references, so there is no deletion handler (no finalizer).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import logging
+import os
+from typing import Any
+
+import kopf
+
+from agentserve_operator import resource as r
+from agentserve_operator.metrics import OperatorMetrics
+from agentserve_operator.reconcile import (
+    Cluster,
+    ClusterError,
+    ReconcileResult,
+    RetriableClusterError,
+    reconcile,
+)
+
+__all__ = ["run_reconcile"]
+
+DRIFT_INTERVAL_S = float(os.environ.get("AGENTSERVE_OPERATOR_RESYNC_S", "30"))
+RETRY_DELAY_S = 15.0
+FORBIDDEN_RETRY_DELAY_S = 120.0
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_reconcile(cluster: Cluster, metrics: OperatorMetrics, body: Any,
+                  logger: logging.Logger | logging.LoggerAdapter) -> ReconcileResult:  # fmt: skip
+    """Reconcile one CR body, counting outcomes; API failures -> kopf.TemporaryError."""
+    with metrics.timed():
+        try:
+            result = reconcile(cluster, _plain(body), _now())
+        except RetriableClusterError as err:
+            metrics.reconciles.labels("retry").inc()
+            raise kopf.TemporaryError(str(err), delay=RETRY_DELAY_S) from err
+        except ClusterError as err:  # e.g. RBAC: retry slowly, an admin may fix it
+            metrics.reconciles.labels("error").inc()
+            raise kopf.TemporaryError(str(err), delay=FORBIDDEN_RETRY_DELAY_S) from err
+    for action in result.actions:
+        metrics.actions.labels(action.verb, action.ref.kind, action.reason).inc()
+        logger.info("%s %s/%s (%s)", action.verb, action.ref.kind, action.ref.name, action.reason)
+    metrics.reconciles.labels("invalid" if result.error else "ok").inc()
+    return result
+
+
+def _plain(body: Any) -> dict[str, Any]:
+    """kopf's Body (or any mapping) -> a plain, independent dict."""
+    return copy.deepcopy(dict(body))
+
+
+@kopf.on.startup()
+def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    from agentserve_operator.k8s import KubeCluster
+
+    settings.posting.level = logging.WARNING  # kopf's own Events: problems only
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=r.GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=r.GROUP)
+    memo.cluster = KubeCluster()
+    memo.metrics = OperatorMetrics()
+    memo.metrics.serve(int(os.environ.get("AGENTSERVE_OPERATOR_METRICS_PORT", "9090")))
+
+
+@kopf.on.probe(id="reconciles")
+def _probe(memo: kopf.Memo, **_: Any) -> float:
+    return sum(s.value for m in memo.metrics.reconciles.collect() for s in m.samples
+               if s.name.endswith("_total"))  # fmt: skip
+
+
+@kopf.on.create(r.GROUP, r.VERSION, r.PLURAL)
+@kopf.on.update(r.GROUP, r.VERSION, r.PLURAL)
+@kopf.on.resume(r.GROUP, r.VERSION, r.PLURAL)
+def _on_change(body: kopf.Body, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    result = run_reconcile(memo.cluster, memo.metrics, body, logger)
+    if result.error is not None:
+        raise kopf.PermanentError(str(result.error))
+
+
+@kopf.timer(r.GROUP, r.VERSION, r.PLURAL, interval=DRIFT_INTERVAL_S,
+            initial_delay=DRIFT_INTERVAL_S)  # fmt: skip
+def _resync(body: kopf.Body, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    """Level-based resync: recreates deleted children, reverts edits, refreshes status."""
+    result = run_reconcile(memo.cluster, memo.metrics, body, logger)
+    if result.error is not None:
+        logger.warning("invalid spec: %s", result.error)

@@ -1,0 +1,148 @@
+"""values.schema.json of the Helm chart: chart settings + the AgentServe parts generated
+from the same source as the CRD (`model` is a ModelSpec, `agentServe.spec` the CR spec)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentserve.spec import ModelSpec
+
+from agentserve_operator.crd import cr_spec_schema, inline_schema, json_schema
+
+__all__ = ["values_schema"]
+
+
+def _obj(properties: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "description": description, "properties": properties, **extra}
+
+
+def _str(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+def _bool(description: str) -> dict[str, Any]:
+    return {"type": "boolean", "description": description}
+
+
+def _free(description: str) -> dict[str, Any]:
+    return {"type": "object", "description": description}
+
+
+def _image() -> dict[str, Any]:
+    return _obj(
+        {
+            "repository": _str("Image repository."),
+            "tag": _str("Image tag; empty = the chart's appVersion."),
+            "pullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
+        },
+        "Container image.",
+        required=["repository"],
+    )
+
+
+def _operator() -> dict[str, Any]:
+    port = {"type": "integer", "minimum": 1, "maximum": 65535}
+    return _obj(
+        {
+            "image": _image(),
+            "replicas": {"type": "integer", "minimum": 0, "maximum": 1,
+                         "description": "Operator replicas (one at a time: kopf has no "
+                         "leader election here)."},
+            "logLevel": {"type": "string", "enum": ["debug", "info", "warning", "error"]},
+            "watchNamespaces": {"type": "array", "items": {"type": "string"},
+                                "description": "Namespaces to watch; empty = all."},
+            "metricsPort": {**port, "description": "Prometheus metrics port."},
+            "healthPort": {**port, "description": "Liveness probe port."},
+            "resources": _free("Operator container resources."),
+            "nodeSelector": _free("Operator pod node selector."),
+            "tolerations": {"type": "array", "description": "Operator pod tolerations."},
+            "podAnnotations": _free("Extra operator pod annotations."),
+            "serviceMonitor": _obj(
+                {"enabled": _bool("Create a ServiceMonitor for the operator's metrics.")},
+                "Prometheus Operator scraping of the operator.",
+            ),
+        },
+        "The agentserve operator (kopf).",
+    )  # fmt: skip
+
+
+def _first_resource() -> dict[str, Any]:
+    return _obj(
+        {
+            "enabled": _bool("Create an AgentServe when model.source or spec.models is set."),
+            "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                     "maxLength": 63, "description": "Name of the AgentServe resource."},
+            "spec": json_schema(_optional_tenant_keys(cr_spec_schema()))
+            | {"description": "AgentServe spec (DeploymentSpec + kubernetes); models here "
+               "replace `model`."},
+        },
+        "The first AgentServe resource the chart creates.",
+    )  # fmt: skip
+
+
+def _optional_tenant_keys(schema: dict[str, Any]) -> dict[str, Any]:
+    schema.pop("required", None)  # values hold partial specs; the operator validates fully
+    return schema
+
+
+def _api_keys() -> dict[str, Any]:
+    return _obj(
+        {
+            "create": _bool("Create a Secret with a random key for tenant `tenant` (kept "
+                            "across upgrades)."),
+            "secretName": _str("Secret with tenant name -> API key; empty = <release>-api-keys."),
+            "tenant": _str("Tenant name of the generated key."),
+        },
+        "API keys of the first AgentServe (never inline in the CR).",
+    )  # fmt: skip
+
+
+def _addons() -> dict[str, Any]:
+    return {
+        "kuberay": _obj(
+            {"enabled": _bool("Install the KubeRay operator chart as a dependency.")},
+            "KubeRay operator (optional dependency, condition kuberay.enabled).",
+        ),
+        "kuberay-operator": _free("Values passed to the KubeRay operator chart."),
+        "phoenix": _obj(
+            {"enabled": _bool("Deploy the Phoenix trace UI (tracing issue)."),
+             "image": _image()},
+            "Phoenix trace UI (OTLP receiver + UI).",
+        ),
+        "grafana": _obj(
+            {"dashboards": _obj(
+                {"enabled": _bool("Ship dashboards as ConfigMaps for the Grafana sidecar."),
+                 "label": _str("Label the Grafana sidecar selects ConfigMaps by."),
+                 "labelValue": _str("Value of that label.")},
+                "Grafana dashboards.")},
+            "Grafana integration.",
+        ),
+    }  # fmt: skip
+
+
+def values_schema() -> dict[str, Any]:
+    """The whole values.schema.json (draft-07)."""
+    model = json_schema(inline_schema(ModelSpec.model_json_schema(mode="validation")))
+    model["description"] = "The one model of the first AgentServe (a ModelSpec); set source."
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "agentserve Helm chart values (GENERATED by agentserve_operator.crd)",
+        "type": "object",
+        "properties": {
+            "nameOverride": _str("Override the chart name in object names."),
+            "fullnameOverride": _str("Override the full object name prefix."),
+            "imagePullSecrets": {"type": "array", "description": "Pull secrets for all pods."},
+            "operator": _operator(),
+            "servingImage": _image(),
+            "rbac": _obj({"create": _bool("Create ClusterRole/Binding.")}, "RBAC."),
+            "serviceAccount": _obj(
+                {"create": _bool("Create the operator's ServiceAccount."),
+                 "name": _str("Its name; empty = the release fullname.")},
+                "Operator ServiceAccount.",
+            ),
+            "model": model,
+            "agentServe": _first_resource(),
+            "apiKeys": _api_keys(),
+            **_addons(),
+        },
+    }  # fmt: skip

@@ -1,0 +1,323 @@
+"""Pure builders: Desired -> the child objects of one AgentServe (RayService, ConfigMap,
+Service for the API, admin Service, ServiceMonitor). Same input, same dicts; every object
+carries the owner reference.
+
+/metrics and /status are not on the API Service: the ingress replica is pinned to the
+head pod (custom resource HEAD_RESOURCE) and serves them on server.metrics_port there; the
+admin Service (ClusterIP, head pod only) exposes that port and the ServiceMonitor scrapes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+import yaml
+from agentserve.spec import ModelSpec, TolerationSpec, to_yaml
+
+from agentserve_operator import resource as r
+
+__all__ = ["children", "names", "worker_group_name"]
+
+# `<module>:<builder>` that Ray Serve imports in the pods; the builder takes the `args`
+# mapping ({"spec": <DeploymentSpec as JSON>}) and returns build_app(spec).
+APP_IMPORT_PATH = "agentserve.serve.app:build_app_from_args"
+SPEC_MOUNT = "/etc/agentserve"
+LABEL_DEPLOYMENT = "agentserve.dev/deployment"
+LABEL_COMPONENT = "agentserve.dev/component"
+LABEL_MODEL = "agentserve.dev/model-group"
+GPU = "nvidia.com/gpu"
+HEAD_RESOURCE = "agentserve-head"  # only the head pod has it; the ingress asks for it
+INGRESS_DEPLOYMENT = "ingress"  # agentserve.serve.app.INGRESS_NAME (no Ray import here)
+API_VERSIONS = {
+    "ConfigMap": "v1",
+    "RayService": "ray.io/v1",
+    "Service": "v1",
+    "ServiceMonitor": "monitoring.coreos.com/v1",
+}
+
+
+# child role -> Kubernetes kind (two roles are Services)
+KINDS = {
+    "ConfigMap": "ConfigMap",
+    "RayService": "RayService",
+    "Service": "Service",
+    "AdminService": "Service",
+    "ServiceMonitor": "ServiceMonitor",
+}
+
+
+def names(name: str) -> dict[str, str]:
+    """Child object names of the AgentServe `name` (by role, see KINDS)."""
+    return {
+        "ConfigMap": f"{name}-spec",
+        "RayService": name,
+        "Service": f"{name}-openai",
+        "AdminService": f"{name}-admin",
+        "ServiceMonitor": name,
+    }
+
+
+def labels(d: r.Desired, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "agentserve",
+        "app.kubernetes.io/instance": d.name,
+        "app.kubernetes.io/managed-by": r.FIELD_MANAGER,
+        LABEL_DEPLOYMENT: d.name,
+        LABEL_COMPONENT: component,
+    }
+
+
+def _meta(d: r.Desired, role: str, component: str) -> dict[str, Any]:
+    owner = {
+        "apiVersion": r.API_VERSION,
+        "kind": r.KIND,
+        "name": d.name,
+        "uid": d.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "name": names(d.name)[role],
+        "namespace": d.namespace,
+        "labels": labels(d, component),
+        "ownerReferences": [owner],
+    }
+
+
+def serve_deployment_name(model: str) -> str:
+    """Serve deployment name of a model (the rule of agentserve.serve.app.deployment_name)."""
+    return "model-" + re.sub(r"[^A-Za-z0-9._-]", "-", model)
+
+
+def worker_group_name(model: str) -> str:
+    """KubeRay worker group (and Ray custom resource) of a model: DNS-safe, unique, short."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", model.lower()).strip("-")[:24].strip("-") or "model"
+    return f"{slug}-{hashlib.sha256(model.encode()).hexdigest()[:6]}"
+
+
+def configmap(d: r.Desired) -> dict[str, Any]:
+    """The validated spec (tenant keys appear only as SHA-256), for people and tools."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(d, "ConfigMap", "spec"),
+        "data": {"spec.yaml": to_yaml(d.spec)},
+    }
+
+
+def serve_config(d: r.Desired) -> dict[str, Any]:
+    """Ray Serve config (serveConfigV2): one application, model replicas pinned to groups."""
+    deployments = [
+        {
+            "name": serve_deployment_name(m.name),
+            "ray_actor_options": {
+                "num_cpus": m.replicas.num_cpus,
+                "num_gpus": m.replicas.num_gpus,
+                "resources": {worker_group_name(m.name): 1},
+            },
+        }
+        for m in d.spec.models
+    ]
+    ingress = {"num_cpus": 0, "resources": {HEAD_RESOURCE: 1}}
+    deployments.append({"name": INGRESS_DEPLOYMENT, "ray_actor_options": ingress})
+    app = {
+        "name": d.spec.name,
+        "route_prefix": "/",
+        "import_path": APP_IMPORT_PATH,
+        "args": {"spec": d.spec.model_dump(mode="json")},
+        "deployments": deployments,
+    }
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {
+            "host": r.IN_POD_HOST,
+            "port": d.spec.server.port,
+            "request_timeout_s": d.spec.server.request_timeout_s,
+        },
+        "applications": [app],
+    }
+
+
+def _volumes(d: r.Desired) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "spec", "configMap": {"name": names(d.name)["ConfigMap"]}},
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True},
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
+    if d.kube.model_volume is not None:
+        mv = d.kube.model_volume
+        claim = {"claimName": mv.claim_name, "readOnly": mv.read_only}
+        volumes.append({"name": "models", "persistentVolumeClaim": claim})
+        mounts.append({"name": "models", "mountPath": mv.mount_path, "readOnly": mv.read_only})
+    return volumes, mounts
+
+
+def _container(d: r.Desired, name: str, resources: dict[str, Any]) -> dict[str, Any]:
+    _, mounts = _volumes(d)
+    return {
+        "name": name,
+        "image": d.kube.image,
+        "imagePullPolicy": d.kube.image_pull_policy,
+        "env": [
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+            {"name": "AGENTSERVE_SPEC", "value": f"{SPEC_MOUNT}/spec.yaml"},
+        ],
+        "resources": resources,
+        "volumeMounts": mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+        },
+    }
+
+
+def _pod_template(d: r.Desired, container: dict[str, Any], extra_labels: dict[str, str],
+                  **spec: Any) -> dict[str, Any]:  # fmt: skip
+    volumes, _ = _volumes(d)
+    return {
+        "metadata": {"labels": {**labels(d, "ray"), **extra_labels}},
+        "spec": {"containers": [container], "volumes": volumes, **spec},
+    }
+
+
+def head_group(d: r.Desired) -> dict[str, Any]:
+    """Ray head: GCS, dashboard, Serve controller, proxy and ingress (with its admin port);
+    never GPUs."""
+    size = {"cpu": str(d.kube.head_cpus), "memory": d.kube.head_memory}
+    container = _container(d, "ray-head", {"requests": size, "limits": dict(size)})
+    container["ports"] = [
+        {"name": "gcs", "containerPort": 6379},
+        {"name": "dashboard", "containerPort": 8265},
+        {"name": "client", "containerPort": 10001},
+        {"name": "serve", "containerPort": d.spec.server.port},
+        {"name": "metrics", "containerPort": 8080},
+        {"name": "admin", "containerPort": d.spec.server.metrics_port},
+    ]
+    return {
+        "rayStartParams": {
+            "dashboard-host": "0.0.0.0",
+            "num-gpus": "0",
+            "resources": "'" + json.dumps({HEAD_RESOURCE: 100}) + "'",
+        },
+        "template": _pod_template(d, container, {}),
+    }
+
+
+def toleration(t: TolerationSpec) -> dict[str, Any]:
+    """Spec toleration -> Kubernetes toleration (nulls left out)."""
+    raw = {
+        "key": t.key,
+        "operator": t.operator,
+        "value": t.value,
+        "effect": t.effect,
+        "tolerationSeconds": t.toleration_seconds,
+    }
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def worker_group(d: r.Desired, model: ModelSpec) -> dict[str, Any]:
+    """One KubeRay worker group per model: one Serve replica per pod, GPUs per replica.
+
+    `replicas` is left out: Ray's autoscaler scales the RayCluster that KubeRay makes from
+    this template, between minReplicas and maxReplicas.
+    """
+    group = worker_group_name(model.name)
+    cpus = max(1, math.ceil(model.replicas.num_cpus))
+    size: dict[str, str] = {"cpu": str(cpus), "memory": d.kube.worker_memory}
+    if model.replicas.num_gpus:
+        size[GPU] = str(model.replicas.num_gpus)
+    container = _container(d, "ray-worker", {"requests": size, "limits": dict(size)})
+    spec: dict[str, Any] = {}
+    if model.replicas.node_selector:
+        spec["nodeSelector"] = dict(model.replicas.node_selector)
+    if model.replicas.tolerations:
+        spec["tolerations"] = [toleration(t) for t in model.replicas.tolerations]
+    return {
+        "groupName": group,
+        "minReplicas": model.replicas.min_replicas,
+        "maxReplicas": model.replicas.max_replicas,
+        "rayStartParams": {
+            "num-cpus": str(cpus),
+            "num-gpus": str(model.replicas.num_gpus),
+            "resources": "'" + json.dumps({group: 1}) + "'",
+        },
+        "template": _pod_template(d, container, {LABEL_MODEL: group}, **spec),
+    }
+
+
+def rayservice(d: r.Desired) -> dict[str, Any]:
+    """The KubeRay RayService running the agentserve Serve application."""
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": _meta(d, "RayService", "ray"),
+        "spec": {
+            "serveConfigV2": yaml.safe_dump(serve_config(d), sort_keys=False),
+            "rayClusterConfig": {
+                "rayVersion": d.kube.ray_version,
+                "enableInTreeAutoscaling": True,
+                "autoscalerOptions": {"upscalingMode": "Default", "idleTimeoutSeconds": 60},
+                "headGroupSpec": head_group(d),
+                "workerGroupSpecs": [worker_group(d, m) for m in d.spec.models],
+            },
+        },
+    }
+
+
+def service(d: r.Desired) -> dict[str, Any]:
+    """The OpenAI endpoint: every Ray pod whose Serve proxy KubeRay marks ready."""
+    port = d.spec.server.port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(d, "Service", "openai"),
+        "spec": {
+            "type": d.kube.service_type,
+            "selector": {LABEL_DEPLOYMENT: d.name, "ray.io/serve": "true"},
+            "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def admin_service(d: r.Desired) -> dict[str, Any]:
+    """The ingress's /metrics and /status: the head pod's admin port, inside the cluster."""
+    port = d.spec.server.metrics_port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(d, "AdminService", "admin"),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {LABEL_DEPLOYMENT: d.name, "ray.io/node-type": "head"},
+            "ports": [{"name": "admin", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def servicemonitor(d: r.Desired) -> dict[str, Any]:
+    """Prometheus Operator scrape of the ingress's /metrics through the admin Service."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _meta(d, "ServiceMonitor", "monitoring"),
+        "spec": {
+            "selector": {"matchLabels": {LABEL_DEPLOYMENT: d.name, LABEL_COMPONENT: "admin"}},
+            "endpoints": [{"port": "admin", "path": "/metrics", "interval": "15s"}],
+        },
+    }
+
+
+def children(d: r.Desired, *, monitoring_available: bool) -> list[dict[str, Any]]:
+    """Every child object one AgentServe should have, in apply order."""
+    objs = [configmap(d), rayservice(d), service(d), admin_service(d)]
+    if d.kube.monitoring and monitoring_available:
+        objs.append(servicemonitor(d))
+    return objs

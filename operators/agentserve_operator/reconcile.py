@@ -1,0 +1,129 @@
+"""One level-based reconcile of an AgentServe: observe -> plan -> apply -> patch status.
+
+Talks to the cluster only through the `Cluster` port (k8s.KubeCluster in production,
+fake.FakeCluster in tests). Safe to run any number of times: a second run applies nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agentserve_operator import manifests as m
+from agentserve_operator import resource as r
+from agentserve_operator.plan import Action, ObjectRef, plan
+from agentserve_operator.status import Observation, compute_status, invalid_status
+
+__all__ = ["Cluster", "ClusterError", "ReconcileResult", "RetriableClusterError", "reconcile"]
+
+MONITORING_CRD = "servicemonitors.monitoring.coreos.com"
+
+
+class ClusterError(Exception):
+    """The API refused a request in a way retrying will not fix (e.g. 422, 403)."""
+
+
+class RetriableClusterError(ClusterError):
+    """A transient API failure (connection, 5xx, 429, 409 conflict): retry with backoff."""
+
+
+class Cluster(Protocol):
+    """The operator's whole view of the Kubernetes API."""
+
+    def get(self, ref: ObjectRef) -> dict[str, Any] | None: ...
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+    def delete(self, ref: ObjectRef) -> None: ...
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]: ...
+    def read_secret(self, namespace: str, name: str) -> dict[str, str] | None: ...
+    def crd_exists(self, name: str) -> bool: ...
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+    def post_event(self, cr: dict[str, Any], kind: str, reason: str, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """What a reconcile did: the actions applied and the status written."""
+
+    actions: list[Action]
+    status: dict[str, Any]
+    error: r.InvalidResource | None = None
+
+
+def _secret_name(cr: dict[str, Any]) -> str | None:
+    kube = (cr.get("spec") or {}).get("kubernetes") or {}
+    name = kube.get("api_key_secret") if isinstance(kube, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def load_desired(cluster: Cluster, cr: dict[str, Any]) -> r.Desired:
+    """Validate the CR, with tenant keys from its Secret; raises InvalidResource."""
+    meta = cr["metadata"]
+    secret = _secret_name(cr)
+    data = cluster.read_secret(meta.get("namespace", "default"), secret) if secret else None
+    return r.desired_from_cr(cr, data)
+
+
+def _candidate_refs(d: r.Desired) -> list[ObjectRef]:
+    """Every child this CR may own, desired now or not (for stale deletion)."""
+    kinds = [(m.KINDS[role], name) for role, name in m.names(d.name).items()]
+    return [ObjectRef(m.API_VERSIONS[kind], kind, d.namespace, name) for kind, name in kinds]
+
+
+def observe(cluster: Cluster, d: r.Desired, monitoring: bool) -> dict[ObjectRef, dict[str, Any]]:
+    """Current copies of the CR's possible children (absent ones left out); ServiceMonitors
+    are looked up only when `monitoring` (their CRD exists)."""
+    observed = {}
+    for ref in _candidate_refs(d):
+        if ref.kind == "ServiceMonitor" and not monitoring:
+            continue
+        obj = cluster.get(ref)
+        if obj is not None:
+            observed[ref] = obj
+    return observed
+
+
+def _apply(cluster: Cluster, actions: list[Action]) -> None:
+    for action in actions:
+        if action.verb == "apply":
+            assert action.obj is not None
+            cluster.apply(action.obj)
+        else:
+            cluster.delete(action.ref)
+
+
+def _reject(cluster: Cluster, cr: dict[str, Any], err: r.InvalidResource,
+            previous: list[dict[str, Any]], now: str) -> ReconcileResult:  # fmt: skip
+    meta = cr["metadata"]
+    status = invalid_status(int(meta.get("generation", 1)), str(err), previous, now)
+    old = next((c for c in previous if c.get("type") == "Degraded"), {})
+    if old.get("message") != str(err):  # one Event per distinct problem, not per retry
+        cluster.post_event(cr, "Warning", "InvalidSpec", str(err))
+    cluster.patch_status(meta.get("namespace", "default"), meta["name"], status)
+    return ReconcileResult([], status, err)
+
+
+def reconcile(cluster: Cluster, cr: dict[str, Any], now: str) -> ReconcileResult:
+    """Bring the cluster to the CR's spec and write its status; `now` is RFC 3339 UTC.
+
+    An invalid spec leaves the running children untouched and is reported in status and an
+    Event (the result carries the error). API failures raise ClusterError.
+    """
+    previous = ((cr.get("status") or {}).get("conditions")) or []
+    try:
+        d = load_desired(cluster, cr)
+    except r.InvalidResource as err:
+        return _reject(cluster, cr, err, previous, now)
+    monitoring = cluster.crd_exists(MONITORING_CRD)
+    desired = m.children(d, monitoring_available=monitoring)
+    actions = plan(desired, observe(cluster, d, monitoring), d.uid)
+    _apply(cluster, actions)
+    rayservice = cluster.get(ObjectRef.of(m.rayservice(d)))
+    pods = cluster.list_pods(d.namespace, {m.LABEL_DEPLOYMENT: d.name})
+    status = compute_status(d, Observation(rayservice, pods), len(actions), previous, now)
+    if _changed(cr.get("status") or {}, status):
+        cluster.patch_status(d.namespace, d.name, status)
+    return ReconcileResult(actions, status)
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    return any(old.get(k) != v for k, v in new.items())

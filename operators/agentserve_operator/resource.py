@@ -1,0 +1,172 @@
+"""The AgentServe custom resource: names, the `kubernetes` block, and CR -> validated Desired.
+
+A CR's `spec` is a DeploymentSpec plus one `kubernetes` object (image, model volume, API-key
+Secret, sizes). Tenants may leave `api_key_sha256` out when the referenced Secret holds their
+key; the operator hashes it, so keys never appear in the CR, the ConfigMap or the RayService.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentserve.spec import DeploymentSpec, SpecError, hash_api_key, spec_from_dict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["Desired", "InvalidResource", "KubernetesSpec", "desired_from_cr"]
+
+GROUP = "agentserve.dev"
+VERSION = "v1alpha1"
+KIND = "AgentServe"
+PLURAL = "agentserves"
+SINGULAR = "agentserve"
+SHORT_NAMES = ["as", "agsv"]
+API_VERSION = f"{GROUP}/{VERSION}"
+FIELD_MANAGER = "agentserve-operator"
+DEFAULT_IMAGE = "ghcr.io/agentserve/agentserve:0.1.0-cuda"
+DEFAULT_RAY_VERSION = "2.60.0"
+IN_POD_HOST = "0.0.0.0"  # the Serve proxy must listen on the pod IP for the Service to reach it
+# /metrics and /status: the ingress replica (pinned to the head pod) listens here
+DEFAULT_METRICS_PORT = 9400
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+
+
+class _K8s(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelVolumeSpec(_K8s):
+    """A PersistentVolumeClaim with model weights (and drafters), mounted into every Ray pod."""
+
+    claim_name: str = Field(max_length=253, description="PersistentVolumeClaim name.")
+    mount_path: str = Field(
+        "/models",
+        pattern=r"^/",
+        description="Absolute mount path; model.source and drafter.path point below it.",
+    )
+    read_only: bool = Field(True, description="Mount read-only.")
+
+
+class KubernetesSpec(_K8s):
+    """Cluster-side settings of one AgentServe (not part of DeploymentSpec)."""
+
+    image: str = Field(DEFAULT_IMAGE, min_length=1, description="Image of the Ray pods.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="Image pull policy of the Ray pods."
+    )
+    ray_version: str = Field(
+        DEFAULT_RAY_VERSION, min_length=1, description="Ray version inside the image."
+    )
+    api_key_secret: str | None = Field(
+        None,
+        max_length=253,
+        description="Secret in the same namespace whose data maps tenant name -> API key; "
+        "fills tenants' api_key_sha256.",
+    )
+    model_volume: ModelVolumeSpec | None = Field(None, description="Volume with model weights.")
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        "ClusterIP", description="Type of the OpenAI endpoint Service."
+    )
+    head_cpus: int = Field(2, ge=1, description="CPU cores of the Ray head pod (no GPUs).")
+    head_memory: str = Field("8Gi", pattern=_QUANTITY, description="Memory of the Ray head pod.")
+    worker_memory: str = Field(
+        "32Gi", pattern=_QUANTITY, description="Memory of each model replica pod."
+    )
+    monitoring: bool = Field(
+        True, description="Create a ServiceMonitor when the Prometheus Operator CRDs exist."
+    )
+
+
+class InvalidResource(SpecError):
+    """A CR the operator cannot deploy (bad spec, missing tenant key); permanent until edited."""
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What one CR asks for, validated: identity, the DeploymentSpec and the kubernetes block."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    spec: DeploymentSpec
+    kube: KubernetesSpec
+
+
+def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None) -> Desired:
+    """Validate a CR body; `secret_data` is the API-key Secret's decoded data (None: absent).
+
+    Raises InvalidResource naming each failing field. The CR's `server.host` is replaced by
+    0.0.0.0 (the in-pod bind address), so a cluster deployment always needs tenants; an
+    unset `server.metrics_port` becomes DEFAULT_METRICS_PORT (admin endpoints never share
+    the API port in a cluster).
+    """
+    meta = cr.get("metadata", {})
+    raw = dict(cr.get("spec") or {})
+    raw.setdefault("name", meta.get("name"))  # Serve app and metrics named after the CR
+    kube = _kube_spec(raw.pop("kubernetes", None) or {})
+    raw["tenants"] = _tenants_with_hashes(raw.get("tenants") or [], kube, secret_data)
+    if not raw["tenants"]:
+        raise InvalidResource(
+            "invalid AgentServe: tenants: a cluster deployment is reachable from the network, "
+            "so it needs at least one tenant; reference the keys with kubernetes.api_key_secret",
+            [("tenants", "at least one tenant is required in a cluster")],
+        )
+    raw["server"] = {**(raw.get("server") or {}), "host": IN_POD_HOST}
+    if raw["server"].get("metrics_port") is None:
+        raw["server"]["metrics_port"] = DEFAULT_METRICS_PORT
+    try:
+        spec = spec_from_dict(raw, source=f"AgentServe {meta.get('name')}")
+    except SpecError as err:
+        raise InvalidResource(str(err), err.errors) from None
+    return Desired(
+        name=meta["name"],
+        namespace=meta.get("namespace", "default"),
+        uid=meta.get("uid", ""),
+        generation=int(meta.get("generation", 1)),
+        spec=spec,
+        kube=kube,
+    )
+
+
+def _kube_spec(raw: dict[str, Any]) -> KubernetesSpec:
+    try:
+        return KubernetesSpec.model_validate(raw)
+    except ValidationError as err:
+        pairs = [
+            ("kubernetes." + ".".join(str(p) for p in e["loc"]), e["msg"])
+            for e in err.errors(include_url=False)
+        ]
+        lines = [f"  {path}: {msg}" for path, msg in pairs]
+        raise InvalidResource("\n".join(["invalid AgentServe:", *lines]), pairs) from None
+
+
+def _tenants_with_hashes(
+    tenants: list[Any], kube: KubernetesSpec, secret_data: dict[str, str] | None
+) -> list[Any]:
+    """Fill each tenant's missing api_key_sha256 from the Secret (keyed by tenant name)."""
+    if kube.api_key_secret and secret_data is None:
+        raise InvalidResource(
+            f"kubernetes.api_key_secret: Secret {kube.api_key_secret!r} not found",
+            [("kubernetes.api_key_secret", "Secret not found")],
+        )
+    filled, problems = [], []
+    for i, tenant in enumerate(tenants):
+        if not isinstance(tenant, dict) or tenant.get("api_key_sha256"):
+            filled.append(tenant)
+            continue
+        key = (secret_data or {}).get(str(tenant.get("name")), "")
+        if not key:
+            where = f"Secret {kube.api_key_secret!r}" if kube.api_key_secret else "no Secret"
+            problems.append(
+                (
+                    f"tenants[{i}].api_key_sha256",
+                    f"missing, and {where} has no key named {tenant.get('name')!r}",
+                )
+            )
+            continue
+        filled.append({**tenant, "api_key_sha256": hash_api_key(key.strip())})
+    if problems:
+        lines = [f"  {path}: {msg}" for path, msg in problems]
+        raise InvalidResource("\n".join(["invalid AgentServe:", *lines]), problems)
+    return filled

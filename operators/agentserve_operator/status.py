@@ -1,0 +1,135 @@
+"""Pure status: (desired, observed RayService and pods, actions taken, error) -> CR status.
+
+Conditions follow Kubernetes conventions: Ready, Progressing, Degraded, each with a reason;
+lastTransitionTime changes only when a condition's status flips.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentserve_operator import manifests as m
+from agentserve_operator import resource as r
+
+__all__ = ["Observation", "compute_status", "invalid_status"]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What status is computed from: the RayService (None = absent) and the Ray pods."""
+
+    rayservice: dict[str, Any] | None
+    pods: list[dict[str, Any]]
+
+
+def _condition(kind: str, ok: bool, reason: str, message: str, generation: int,
+               previous: list[dict[str, Any]], now: str) -> dict[str, Any]:  # fmt: skip
+    status = "True" if ok else "False"
+    old = next((c for c in previous if c.get("type") == kind), None)
+    changed = old is None or old.get("status") != status
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": now if changed else old.get("lastTransitionTime", now),
+    }
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def rayservice_ready(rs: dict[str, Any] | None) -> bool:
+    """KubeRay >= 1.3 sets condition Ready; older versions serviceStatus Running."""
+    if rs is None:
+        return False
+    status = rs.get("status") or {}
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return status.get("serviceStatus") == "Running"
+
+
+def _app_status(rs: dict[str, Any] | None, app: str) -> dict[str, Any]:
+    active = ((rs or {}).get("status") or {}).get("activeServiceStatus") or {}
+    return (active.get("applicationStatuses") or {}).get(app) or {}
+
+
+def model_statuses(d: r.Desired, obs: Observation) -> list[dict[str, Any]]:
+    """Per model: ready replica pods of its worker group, bounds, Serve deployment status."""
+    app = _app_status(obs.rayservice, d.spec.name)
+    deployments = app.get("serveDeploymentStatuses") or {}
+    out = []
+    for model in d.spec.models:
+        group = m.worker_group_name(model.name)
+        ready = sum(
+            1
+            for p in obs.pods
+            if p.get("metadata", {}).get("labels", {}).get(m.LABEL_MODEL) == group and _pod_ready(p)
+        )
+        serve = deployments.get(m.serve_deployment_name(model.name)) or {}
+        out.append({
+            "name": model.name,
+            "readyReplicas": ready,
+            "minReplicas": model.replicas.min_replicas,
+            "maxReplicas": model.replicas.max_replicas,
+            "deploymentStatus": serve.get("status", "Unknown"),
+        })  # fmt: skip
+    return out
+
+
+def compute_status(d: r.Desired, obs: Observation, applied: int,
+                   previous: list[dict[str, Any]], now: str) -> dict[str, Any]:  # fmt: skip
+    """Status after a reconcile that applied `applied` actions."""
+    models = model_statuses(d, obs)
+    ready = rayservice_ready(obs.rayservice) and applied == 0
+    app_state = _app_status(obs.rayservice, d.spec.name).get("status", "")
+    failed = app_state in ("DEPLOY_FAILED", "UNHEALTHY")
+    g = d.generation
+    if ready:
+        ready_c = ("Serving", "The OpenAI endpoint is serving.")
+    elif failed:
+        ready_c = ("ServeApplicationFailed", f"Serve application is {app_state}.")
+    else:
+        ready_c = ("RayServiceNotReady", "Waiting for KubeRay to bring up the RayService.")
+    progressing = (
+        ("Applied", f"Applied {applied} change(s).")
+        if applied
+        else (("Stable", "Nothing to change.") if ready else ("WaitingForRayService", ready_c[1]))
+    )
+    degraded = (
+        ("ServeApplicationFailed", ready_c[1]) if failed else ("AsExpected", "No problems seen.")
+    )
+    conditions = [
+        _condition("Ready", ready, *ready_c, g, previous, now),
+        _condition("Progressing", not ready, *progressing, g, previous, now),
+        _condition("Degraded", failed, *degraded, g, previous, now),
+    ]  # fmt: skip
+    port = d.spec.server.port
+    total_ready = sum(x["readyReplicas"] for x in models)
+    low = sum(x["minReplicas"] for x in models)
+    high = sum(x["maxReplicas"] for x in models)
+    return {
+        "observedGeneration": g,
+        "conditions": conditions,
+        "endpoint": f"http://{m.names(d.name)['Service']}.{d.namespace}.svc:{port}/v1",
+        "modelNames": ",".join(x["name"] for x in models),
+        "readyReplicas": f"{total_ready}/{low}-{high}" if low != high else f"{total_ready}/{low}",
+        "models": models,
+    }
+
+
+def invalid_status(generation: int, message: str, previous: list[dict[str, Any]],
+                   now: str) -> dict[str, Any]:  # fmt: skip
+    """Status of a CR whose spec cannot be deployed; running children are left as they are."""
+    conditions = [
+        _condition("Ready", False, "InvalidSpec", message, generation, previous, now),
+        _condition("Progressing", False, "InvalidSpec", "Fix the spec.", generation,
+                   previous, now),
+        _condition("Degraded", True, "InvalidSpec", message, generation, previous, now),
+    ]  # fmt: skip
+    return {"observedGeneration": generation, "conditions": conditions}

@@ -1,0 +1,126 @@
+"""OpenAI error objects: one exception type per HTTP status we return, and their JSON body.
+
+Body shape (OpenAI): {"error": {"message", "type", "param", "code"}}. Client mistakes are
+4xx; only bugs become 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "APIError",
+    "AuthenticationError",
+    "InvalidRequestError",
+    "ModelNotFoundError",
+    "OverloadedError",
+    "RateLimitError",
+    "RequestTooLargeError",
+]
+
+
+class APIError(Exception):
+    """An error with an HTTP status and an OpenAI error body."""
+
+    status = 500
+    type = "server_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        message, param = _printable(message), param and _printable(param)
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI error object."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def headers(self) -> dict[str, str]:
+        """Extra response headers."""
+        return {}
+
+
+def _printable(text: str) -> str:
+    """`text` with anything UTF-8 cannot encode (unpaired surrogates echoed from a
+    request) escaped, so the error body always renders."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class InvalidRequestError(APIError):
+    """400: malformed body, invalid parameter, or prompt longer than the context."""
+
+    status = 400
+    type = "invalid_request_error"
+
+
+class RequestTooLargeError(APIError):
+    """413: the request body is larger than server.max_request_body_bytes."""
+
+    status = 413
+    type = "invalid_request_error"
+
+    def __init__(self, message: str):
+        super().__init__(message, code="request_too_large")
+
+
+class AuthenticationError(APIError):
+    """401: missing or unknown API key."""
+
+    status = 401
+    type = "invalid_request_error"
+
+    def __init__(self, message: str = "Incorrect or missing API key.", **kwargs: Any):
+        super().__init__(message, code=kwargs.pop("code", "invalid_api_key"), **kwargs)
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class ModelNotFoundError(APIError):
+    """404: the request names a model this deployment does not serve."""
+
+    status = 404
+    type = "invalid_request_error"
+
+    def __init__(self, model: str, served: list[str]):
+        super().__init__(
+            f"The model {model!r} does not exist; served models: {', '.join(served)}",
+            param="model",
+            code="model_not_found",
+        )
+
+
+class RateLimitError(APIError):
+    """429: the tenant is over one of its limits; `retry_after_s` says when to retry."""
+
+    status = 429
+    type = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0, code: str | None = None):
+        super().__init__(message, code=code or "rate_limit_exceeded")
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+
+
+class OverloadedError(APIError):
+    """503: the model's queue is full or no replica can serve now."""
+
+    status = 503
+    type = "server_overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0):
+        super().__init__(message, code="overloaded")
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, round(self.retry_after_s)))}

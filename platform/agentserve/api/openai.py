@@ -1,0 +1,274 @@
+"""OpenAI request validation and response shaping, on vLLM's OpenAI protocol models.
+
+Requests are parsed into vLLM's ChatCompletionRequest / CompletionRequest (the same
+models vLLM's serving layer consumes in the replica), plus the edge checks we need
+before a request is queued. Engine deltas become OpenAI JSON (non-stream) or chunk
+payloads (stream) through ResponseBuilder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+from vllm.entrypoints.generate.base.protocol import DeltaMessage, DeltaToolCall, ToolCall
+from vllm.entrypoints.openai.chat_completion.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionResponseChoice,
+    ChatCompletionResponseStreamChoice,
+    ChatCompletionStreamResponse,
+    ChatMessage,
+)
+from vllm.entrypoints.openai.completion.protocol import (
+    CompletionRequest,
+    CompletionResponse,
+    CompletionResponseChoice,
+    CompletionResponseStreamChoice,
+    CompletionStreamResponse,
+)
+from vllm.entrypoints.serve.engine.protocol import UsageInfo
+from vllm.exceptions import VLLMClientError
+
+from agentserve.api.errors import InvalidRequestError
+from agentserve.api.validate import (
+    check_context,
+    check_sampling,
+    check_schemas,
+    check_values,
+    param_path,
+    requested_max_tokens,
+)
+from agentserve.engine.protocol import Delta, RequestKind
+
+__all__ = ["ResponseBuilder", "parse_request"]
+
+_MODELS = {"chat": ChatCompletionRequest, "completion": CompletionRequest}
+
+
+def parse_request(
+    kind: RequestKind, data: Any, max_model_len: Mapping[str, int] | None = None
+) -> ChatCompletionRequest | CompletionRequest:
+    """Validate a decoded JSON body; raise InvalidRequestError (400) naming the parameter.
+
+    `max_model_len` (model -> context tokens) adds the context checks for a served model;
+    an unknown model passes here and is refused (404) at admission.
+    """
+    if not isinstance(data, dict):
+        raise InvalidRequestError("The request body must be a JSON object.")
+    check_values(data)
+    if kind == "chat" and "messages" in data and not isinstance(data["messages"], list):
+        # vLLM's before-validators iterate messages before pydantic checks its type
+        raise InvalidRequestError(
+            "Invalid messages: Input should be a valid list", param="messages"
+        )
+    try:
+        request = _MODELS[kind].model_validate(data)
+    except ValidationError as err:
+        param, message = _first_error(err, data)
+        raise InvalidRequestError(f"Invalid {param or 'body'}: {message}", param=param) from None
+    except VLLMClientError as err:  # vLLM's own model validators raise these directly
+        raise InvalidRequestError(str(err.args[0]), param=getattr(err, "parameter", None)) from None
+    except ValueError as err:
+        raise InvalidRequestError(str(err)) from None
+    except (TypeError, KeyError, AttributeError, IndexError) as err:  # vLLM validator bugs
+        raise InvalidRequestError(
+            f"The request body does not fit the {kind} schema: {err}"
+        ) from None
+    _check_edge(kind, request, data)
+    check_schemas(data)
+    context = (max_model_len or {}).get(request.model)
+    if context is not None:
+        check_context(kind, request, data, context)
+    check_sampling(request, requested_max_tokens(data)[1] or context or 2**31 - 1)
+    return request
+
+
+def _first_error(err: ValidationError, data: dict[str, Any]) -> tuple[str | None, str]:
+    """(param path, message) of the most telling error. Pydantic reports each failed
+    union member with its type as an extra `loc` part ('stop', 'str'); those parts are
+    dropped; preferred are errors of members matching the sent JSON type, then errors on
+    a value sent (not a missing field of another member), then not a literal mismatch."""
+    best: tuple[int, str | None, str] | None = None
+    for error in err.errors(include_url=False):
+        path, mismatches, value = [], 0, data
+        for i, part in enumerate(error["loc"]):
+            if _has_key(value, part):
+                path.append(part)
+                value = value[part]
+            elif error["type"] == "missing" and i == len(error["loc"]) - 1:
+                path.append(part)
+            else:  # a union member's tag, e.g. 'str', 'list[str]', 'function-after[...]'
+                mismatches += not _tag_fits(str(part), value)
+        score = 2 * mismatches + 3 * (error["type"] == "missing")
+        score += error["type"] == "literal_error"
+        if best is None or score < best[0]:
+            best = (score, param_path(path), error["msg"])
+    assert best is not None
+    return best[1], best[2]
+
+
+def _has_key(value: Any, part: str | int) -> bool:
+    if isinstance(value, dict):
+        return part in value
+    return isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value)
+
+
+def _tag_fits(tag: str, value: Any) -> bool:
+    """Whether a union member tag names the JSON type of `value`."""
+    if isinstance(value, str):
+        return tag.startswith("str") or "literal" in tag
+    if isinstance(value, list):
+        return tag.startswith(("list", "tuple", "set", "generator", "iterable"))
+    if isinstance(value, bool):
+        return tag.startswith("bool")
+    if isinstance(value, (int, float)):
+        return tag.startswith(("int", "float", "constrained-int", "constrained-float"))
+    if isinstance(value, dict):
+        return not tag.startswith(("str", "list", "tuple", "int", "float", "bool", "literal"))
+    return True
+
+
+def _check_edge(kind: RequestKind, request: Any, data: dict[str, Any]) -> None:
+    """Checks vLLM defers to sampling time, made here so no bad request is queued."""
+    if not isinstance(data.get("model"), str) or not data["model"]:
+        raise InvalidRequestError("You must provide a model parameter.", param="model")
+    if kind == "chat" and not request.messages:
+        raise InvalidRequestError("'messages' must contain at least one message.", param="messages")
+    if kind == "completion" and _prompt_count(request.prompt) != 1:
+        raise InvalidRequestError("'prompt' must be one string or one token list.", param="prompt")
+    if request.n != 1:
+        raise InvalidRequestError("Only n=1 is supported.", param="n")
+    temperature, top_p = request.temperature, request.top_p
+    if temperature is not None and not 0 <= temperature <= 2:
+        raise InvalidRequestError("'temperature' must be in [0, 2].", param="temperature")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise InvalidRequestError("'top_p' must be in (0, 1].", param="top_p")
+    limit_name = "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"
+    limit = data.get(limit_name)
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise InvalidRequestError(f"'{limit_name}' must be a positive integer.", param=limit_name)
+    if request.stream_options is not None and not request.stream:
+        raise InvalidRequestError("'stream_options' needs 'stream': true.", param="stream_options")
+
+
+def _prompt_count(prompt: Any) -> int:
+    if isinstance(prompt, str):
+        return 1
+    if not prompt:
+        return 0
+    return 1 if isinstance(prompt[0], int) else len(prompt)
+
+
+def _tool_calls_from_deltas(deltas: Iterable[dict[str, Any]]) -> list[ToolCall]:
+    """Merge streamed tool-call deltas by index (arguments concatenate), as clients do."""
+    merged: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        call = merged.setdefault(d.get("index", 0), {"id": None, "name": "", "arguments": ""})
+        call["id"] = d.get("id") or call["id"]
+        function = d.get("function") or {}
+        call["name"] += function.get("name") or ""
+        call["arguments"] += function.get("arguments") or ""
+    return [
+        ToolCall(
+            **({"id": c["id"]} if c["id"] else {}),
+            function={"name": c["name"], "arguments": c["arguments"]},
+        )
+        for _, c in sorted(merged.items())
+    ]
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:
+    return UsageInfo(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    return model.model_dump(mode="json", exclude_none=True)
+
+
+class ResponseBuilder:
+    """Shapes one request's deltas into OpenAI objects (id, model, created fixed per request)."""
+
+    def __init__(self, kind: RequestKind, request_id: str, model: str, include_usage: bool):
+        self.kind = kind
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + request_id
+        self.model = model
+        self.created = int(time.time())
+        self.include_usage = include_usage
+
+    def first_chunk(self) -> dict[str, Any] | None:
+        """The chat stream's opening chunk (role only); None for completions."""
+        if self.kind != "chat":
+            return None
+        choice = ChatCompletionResponseStreamChoice(
+            index=0, delta=DeltaMessage(role="assistant", content="")
+        )
+        return self._chunk([choice])
+
+    def chunk(self, delta: Delta) -> dict[str, Any]:
+        """One stream chunk for `delta`."""
+        if self.kind == "chat":
+            message = DeltaMessage(
+                content=delta.text or None,
+                reasoning=delta.reasoning or None,
+                tool_calls=[DeltaToolCall(**t) for t in delta.tool_calls],
+            )
+            choice = ChatCompletionResponseStreamChoice(
+                index=0, delta=message, finish_reason=delta.finish_reason
+            )
+        else:
+            choice = CompletionResponseStreamChoice(
+                index=0, text=delta.text, finish_reason=delta.finish_reason
+            )
+        return self._chunk([choice])
+
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        """The last stream chunk when include_usage: no choices, the usage."""
+        return self._chunk([], usage=_usage(prompt_tokens, completion_tokens))
+
+    def _chunk(self, choices: list[Any], usage: UsageInfo | None = None) -> dict[str, Any]:
+        cls = ChatCompletionStreamResponse if self.kind == "chat" else CompletionStreamResponse
+        chunk = _dump(
+            cls(id=self.id, created=self.created, model=self.model, choices=choices, usage=usage)
+        )
+        if self.include_usage and usage is None:
+            chunk["usage"] = None  # OpenAI: every chunk carries usage, null until the last
+        return chunk
+
+    def final(self, deltas: list[Delta]) -> dict[str, Any]:
+        """The non-stream response: all deltas of the request merged."""
+        last = deltas[-1]
+        text = "".join(d.text for d in deltas)
+        usage = _usage(last.prompt_tokens, last.completion_tokens)
+        if self.kind == "completion":
+            choice = CompletionResponseChoice(index=0, text=text, finish_reason=last.finish_reason)
+            return _dump(
+                CompletionResponse(
+                    id=self.id,
+                    created=self.created,
+                    model=self.model,
+                    choices=[choice],
+                    usage=usage,
+                )
+            )
+        calls = _tool_calls_from_deltas(t for d in deltas for t in d.tool_calls)
+        reasoning = "".join(d.reasoning for d in deltas) or None
+        message = ChatMessage(
+            role="assistant", content=text or None, tool_calls=calls, reasoning=reasoning
+        )
+        choice = ChatCompletionResponseChoice(
+            index=0, message=message, finish_reason=last.finish_reason
+        )
+        body = _dump(
+            ChatCompletionResponse(
+                id=self.id, created=self.created, model=self.model, choices=[choice], usage=usage
+            )
+        )
+        body["choices"][0]["message"].setdefault("content", None)
+        return body

@@ -1,0 +1,188 @@
+"""Edge checks on an OpenAI request that vLLM's protocol models leave to the engine or to
+sampling time, made at the ingress so a bad request never reaches a replica and gets the
+same 400 with the fake engine as with vLLM.
+
+- check_values: on the decoded JSON, before the protocol model: every number finite (JSON
+  has no NaN/Infinity, Python's parser accepts them), every string valid Unicode (no
+  unpaired surrogates from `\\ud800` escapes), nesting at most MAX_DEPTH levels;
+- check_sampling: vLLM's own SamplingParams checks (penalties, top_k, min_p, stop, ...);
+- check_context: max_tokens and token-id prompts against the model's context length
+  (text prompts are tokenized, and so checked, by the engine);
+- check_schemas: tool names, tool parameter schemas and response_format json_schema must
+  be valid JSON Schema; top_logprobs at most MAX_LOGPROBS.
+
+Error `param`s are OpenAI-style paths: `messages[0].content`, `tools[1].function.name`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+from vllm.exceptions import VLLMClientError
+
+from agentserve.api.errors import InvalidRequestError
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_LOGPROBS",
+    "check_context",
+    "check_sampling",
+    "check_schemas",
+    "check_values",
+    "param_path",
+]
+
+MAX_DEPTH = 64  # JSON nesting levels; tool schemas rarely pass 10
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs and OpenAI's top_logprobs bound
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")  # OpenAI's set plus '.' and ':' (MCP)
+
+
+def param_path(loc: Sequence[str | int]) -> str | None:
+    """('messages', 0, 'content') -> 'messages[0].content'; () -> None."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or None
+
+
+def check_values(data: Any) -> None:
+    """Reject non-finite numbers, unpaired surrogates and nesting past MAX_DEPTH."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > MAX_DEPTH:
+            raise InvalidRequestError(
+                f"The request body nests deeper than {MAX_DEPTH} levels (at "
+                f"{param_path(path[:3])}...).",
+                param=param_path(path[:1]),
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            name = param_path(path)
+            raise InvalidRequestError(
+                f"'{name}' must be a finite number, got {value}: NaN and Infinity are not JSON.",
+                param=name,
+            )
+        if isinstance(value, str):
+            _check_text(value, path)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                _check_text(key, (*path, key))
+                stack.append((item, (*path, key)))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, i)) for i, item in enumerate(value))
+
+
+def _check_text(text: str, path: tuple[str | int, ...]) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        name = param_path(path)
+        raise InvalidRequestError(
+            f"'{name}' is not valid Unicode: unpaired surrogate "
+            f"\\u{ord(text[err.start]):04x} at character {err.start}.",
+            param=name,
+        ) from None
+
+
+def check_sampling(request: Any, max_tokens: int) -> None:
+    """Build vLLM's SamplingParams from the request (what the engine will do) and turn its
+    validation errors into 400s naming the parameter."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            request.to_sampling_params(max_tokens, {})
+    except (VLLMClientError, ValueError, TypeError) as err:
+        message = str(err.args[0]) if err.args else str(err)
+        param = getattr(err, "parameter", None) or _leading_field(message, request)
+        raise InvalidRequestError(message, param=param) from None
+
+
+def _leading_field(message: str, request: Any) -> str | None:
+    """'presence_penalty must be in [-2, 2]' -> 'presence_penalty' when it is a field."""
+    word = message.split(" ", 1)[0].strip("`'\":,.")
+    return word if word in type(request).model_fields else None
+
+
+def requested_max_tokens(data: dict[str, Any]) -> tuple[str, int | None]:
+    """(the parameter's name, its value) of the output token limit a body asks for."""
+    name = "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"
+    value = data.get(name)
+    return name, value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def check_context(kind: str, request: Any, data: dict[str, Any], context: int) -> None:
+    """400 (code context_length_exceeded) when max_tokens cannot fit the model's context,
+    or a token-id prompt (completions) plus max_tokens exceeds it."""
+    name, limit = requested_max_tokens(data)
+    if limit is not None and limit >= context:
+        raise InvalidRequestError(
+            f"'{name}' is {limit}, but this model's maximum context length is {context} "
+            f"tokens (prompt + output), so at most {context - 1} output tokens fit.",
+            param=name,
+            code="context_length_exceeded",
+        )
+    prompt = getattr(request, "prompt", None) if kind == "completion" else None
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        needed = len(prompt) + (limit or 0)
+        if len(prompt) >= context or needed > context:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {context} tokens; the request has "
+                f"{len(prompt)} prompt tokens and asks for {limit or 0} more.",
+                param="prompt",
+                code="context_length_exceeded",
+            )
+
+
+def check_schemas(data: dict[str, Any]) -> None:
+    """Tool names and parameter schemas, response_format's JSON Schema, top_logprobs."""
+    for i, tool in enumerate(data.get("tools") or []):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict):
+            continue  # the protocol model reports a missing function
+        where = f"tools[{i}].function"
+        name = function.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise InvalidRequestError(
+                f"Invalid '{where}.name' {name!r}: tool names are 1-128 characters from "
+                "a-z, A-Z, 0-9, '_', '-', '.' and ':'.",
+                param=f"{where}.name",
+            )
+        if function.get("parameters") is not None:
+            _check_schema(function["parameters"], f"{where}.parameters", f"tool {name!r}")
+    response_format = data.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema")
+        if isinstance(spec, dict) and spec.get("schema") is not None:
+            _check_schema(spec["schema"], "response_format.json_schema.schema", "response_format")
+    for field in ("top_logprobs", "logprobs"):
+        value = data.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_LOGPROBS:
+            raise InvalidRequestError(
+                f"'{field}' is {value}; at most {MAX_LOGPROBS} log probabilities per token "
+                "are returned.",
+                param=field,
+            )
+
+
+def _check_schema(schema: Any, param: str, what: str) -> None:
+    if not isinstance(schema, dict):
+        raise InvalidRequestError(
+            f"Invalid JSON Schema for {what}: '{param}' must be an object.", param=param
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as err:
+        inner = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
+        raise InvalidRequestError(
+            f"Invalid JSON Schema for {what} at '{param}{inner}': {err.message}", param=param
+        ) from None

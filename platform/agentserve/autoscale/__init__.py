@@ -1,0 +1,1 @@
+"""SLA autoscaling: latency model, pure policy, Ray Serve adapter, trace-replay simulator."""

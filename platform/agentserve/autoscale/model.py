@@ -1,0 +1,235 @@
+"""Latency/capacity model of one replica: engine step time and DFlash acceptance length as
+functions of batch size, the speculation schedule derived from them, and their fit.
+
+Step time follows a roofline knee: a decode step costs `base_ms` while the tokens it
+verifies (batch x (1 + drafted)) stay under `knee_tokens` (memory bound), then grows by
+`per_token_ms` per token (compute bound). Acceptance is geometric: each drafted token is
+accepted with probability alpha(b) = alpha_1 - alpha_drop_per_doubling * log2(b), so the
+mean tokens emitted per verify step is tau = (1 - alpha^(k+1)) / (1 - alpha).
+Time per output token (TPOT) = step_ms / tau.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "CPU_MEASUREMENTS",
+    "LatencyModel",
+    "Measurement",
+    "drafted_for",
+    "fit",
+    "speculation_schedule",
+]
+
+SpeculationSchedule = list[tuple[int, int, int]]
+"""vLLM `speculative_config.num_speculative_tokens_per_batch_size`: inclusive batch-size
+ranges (start, end, num_speculative_tokens); 0 = no drafting for that batch size."""
+
+_ALPHA_MAX = 0.99
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured operating point of the real engine.
+
+    `step_ms` is the wall time of one engine step (one verify step under speculation);
+    `tau` the mean tokens emitted per sequence per step (None when not measured: the
+    record then fits step time only).
+    """
+
+    batch: int
+    drafted: int
+    step_ms: float
+    tau: float | None = None
+
+
+# Measured on this 2-core CPU through vLLM (bundled model). Throughputs are converted to step
+# time: 31 tok/s at batch 1 -> 32.3 ms; 132 tok/s at batch 4 -> 4/132 s = 30.3 ms; DFlash
+# with 3/7/15 drafted tokens at batch 1: 34/42/58 ms; 7 drafted at batch 4 with an untrained
+# drafter: 42 tok/s, ~1 token per sequence per step -> 4/42 s = 95.2 ms. No tau here: an
+# untrained drafter says nothing about acceptance (the acceptance defaults are assumptions).
+CPU_MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement(1, 0, 32.3, 1.0),
+    Measurement(4, 0, 30.3, 1.0),
+    Measurement(1, 3, 34.0),
+    Measurement(1, 7, 42.0),
+    Measurement(1, 15, 58.0),
+    Measurement(4, 7, 95.2),
+)
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Step time and acceptance of one replica; all times in milliseconds.
+
+    Step defaults = fit(CPU_MEASUREMENTS). Prefill and acceptance defaults are assumptions
+    until measured: 1 ms per prompt token; alpha 0.7 at batch 1 (tau 3.2 with 7 drafted),
+    falling 0.05 per doubling of the batch.
+    """
+
+    base_ms: float = 32.231
+    knee_tokens: float = 4.0
+    per_token_ms: float = 2.2367
+    prefill_ms_per_token: float = 1.0
+    alpha_1: float = 0.7
+    alpha_drop_per_doubling: float = 0.05
+
+    def step_ms(self, batch: int, drafted: int = 0) -> float:
+        """One decode step of `batch` sequences each verifying 1 + `drafted` tokens."""
+        tokens = batch * (1 + drafted)
+        return self.base_ms + self.per_token_ms * max(0.0, tokens - self.knee_tokens)
+
+    def prefill_ms(self, prompt_tokens: float) -> float:
+        """Extra step time to prefill `prompt_tokens` (chunked into the running step)."""
+        return self.prefill_ms_per_token * prompt_tokens
+
+    def alpha(self, batch: int) -> float:
+        """Per-token acceptance probability at this batch size, in [0, 0.99]."""
+        a = self.alpha_1 - self.alpha_drop_per_doubling * math.log2(max(1, batch))
+        return min(_ALPHA_MAX, max(0.0, a))
+
+    def tau(self, batch: int, drafted: int) -> float:
+        """Mean tokens emitted per sequence per step (1.0 without drafting)."""
+        return _geometric_tau(self.alpha(batch), drafted)
+
+    def tpot_ms(self, batch: int, drafted: int = 0) -> float:
+        """Time per output token of every sequence in a batch of `batch`."""
+        return self.step_ms(batch, drafted) / self.tau(batch, drafted)
+
+    def best_drafted(self, batch: int, max_drafted: int, min_gain: float = 0.05) -> int:
+        """Drafted tokens minimising TPOT at `batch`; 0 unless it beats no drafting by
+        at least `min_gain` (a fraction)."""
+        plain = self.tpot_ms(batch, 0)
+        best_k, best = 0, plain
+        for k in range(1, max_drafted + 1):
+            t = self.tpot_ms(batch, k)
+            if t < best:
+                best_k, best = k, t
+        return best_k if best <= plain * (1.0 - min_gain) else 0
+
+    def service_ms(self, batch: int, drafted: int, prompt_tokens: float, output_tokens: float):
+        """Mean time a request spends in a replica: prefill plus its output tokens."""
+        return self.prefill_ms(prompt_tokens) + max(1.0, output_tokens) * self.tpot_ms(
+            batch, drafted
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> LatencyModel:
+        return cls(**json.loads(text))
+
+    @classmethod
+    def load(cls, path: str | Path) -> LatencyModel:
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
+
+def _geometric_tau(alpha: float, drafted: int) -> float:
+    if drafted <= 0:
+        return 1.0
+    if alpha >= 1.0:
+        return float(drafted + 1)
+    return (1.0 - alpha ** (drafted + 1)) / (1.0 - alpha)
+
+
+def _alpha_from_tau(tau: float, drafted: int) -> float:
+    """Invert tau(alpha) (monotone increasing) by bisection."""
+    lo, hi = 0.0, _ALPHA_MAX
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if _geometric_tau(mid, drafted) < tau:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def speculation_schedule(
+    model: LatencyModel, max_num_seqs: int, max_drafted: int, min_gain: float = 0.05
+) -> SpeculationSchedule:
+    """Per-batch drafted tokens as vLLM's `num_speculative_tokens_per_batch_size`:
+    contiguous inclusive ranges covering 1..max_num_seqs, first range starting at 1."""
+    if max_num_seqs < 1:
+        raise ValueError("max_num_seqs must be >= 1")
+    ks = [model.best_drafted(b, max_drafted, min_gain) for b in range(1, max_num_seqs + 1)]
+    ranges: SpeculationSchedule = []
+    for b, k in enumerate(ks, start=1):
+        if ranges and ranges[-1][2] == k:
+            ranges[-1] = (ranges[-1][0], b, k)
+        else:
+            ranges.append((b, b, k))
+    return ranges
+
+
+def drafted_for(schedule: Sequence[tuple[int, int, int]], batch: int) -> int:
+    """Drafted tokens the schedule gives `batch` (the last range extends to any batch)."""
+    for start, end, k in schedule:
+        if start <= batch <= end:
+            return k
+    return schedule[-1][2] if schedule else 0
+
+
+def _fit_step(records: Sequence[Measurement]) -> tuple[float, float, float]:
+    """(base_ms, knee_tokens, per_token_ms) minimising squared error over a knee grid."""
+    tokens = np.array([r.batch * (1 + r.drafted) for r in records], dtype=float)
+    ms = np.array([r.step_ms for r in records], dtype=float)
+    best: tuple[float, float, float, float] | None = None
+    for knee in np.unique(np.concatenate([[0.0], tokens])):
+        x = np.maximum(0.0, tokens - knee)
+        design = np.stack([np.ones_like(x), x], axis=1)  # [N, 2]
+        (base, slope), *_ = np.linalg.lstsq(design, ms, rcond=None)
+        if slope < 0:
+            base, slope = float(ms.mean()), 0.0
+        sse = float(((base + slope * x - ms) ** 2).sum())
+        if best is None or sse < best[0] - 1e-9:
+            best = (sse, float(base), float(knee), float(slope))
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def _fit_acceptance(records: Sequence[Measurement]) -> tuple[float, float] | None:
+    """(alpha_1, alpha_drop_per_doubling) from records with drafting and a measured tau."""
+    usable = [r for r in records if r.drafted > 0 and r.tau is not None]
+    if not usable:
+        return None
+    logb = np.array([math.log2(r.batch) for r in usable])
+    alpha = np.array([_alpha_from_tau(float(r.tau), r.drafted) for r in usable])  # type: ignore[arg-type]
+    if np.ptp(logb) == 0:
+        return float(alpha.mean()), 0.0
+    slope, intercept = np.polyfit(logb, alpha, 1)
+    return float(intercept), float(max(0.0, -slope))
+
+
+def fit(
+    records: Iterable[Measurement], *, prefill_ms_per_token: float | None = None, base=None
+) -> LatencyModel:
+    """Fit a LatencyModel from measured records (at least two with distinct token counts).
+
+    Acceptance parameters come from records with drafted > 0 and a measured tau; without
+    any, they are kept from `base` (default LatencyModel()). Prefill cost is not in the
+    records: pass it, or keep the base value.
+    """
+    records = list(records)
+    if len({r.batch * (1 + r.drafted) for r in records}) < 2:
+        raise ValueError("fit needs records at two or more distinct token counts")
+    base = base or LatencyModel()
+    base_ms, knee, per_token = _fit_step(records)
+    acceptance = _fit_acceptance(records) or (base.alpha_1, base.alpha_drop_per_doubling)
+    return LatencyModel(
+        base_ms=round(base_ms, 3),
+        knee_tokens=knee,
+        per_token_ms=round(per_token, 4),
+        prefill_ms_per_token=(
+            base.prefill_ms_per_token if prefill_ms_per_token is None else prefill_ms_per_token
+        ),
+        alpha_1=round(acceptance[0], 4),
+        alpha_drop_per_doubling=round(acceptance[1], 4),
+    )

@@ -1,0 +1,237 @@
+"""Ray Serve adapter (Ray 2.60): runs the pure `decide` as a deployment's custom
+autoscaling policy, fed by the replicas' `record_autoscaling_stats` metrics.
+
+Wiring: `ray_autoscaling_config(spec, model)` returns the deployment's
+`autoscaling_config` dict. Ray instantiates `SlaAutoscalingPolicy(**policy_kwargs)` once
+and calls it every control-loop tick with an `AutoscalingContext`; it returns
+(target replicas, policy_state). Ray wraps every custom policy with its own delays and
+scaling factors; the config sets those to neutral (delays 0, factors 1) because `decide`
+holds its own. Ray's cold-start fast path (0 replicas and requests waiting -> scale up)
+runs before the policy. Replicas publish `encode_replica_stats(...)` from
+`record_autoscaling_stats`; Ray averages each metric over `look_back_period_s` per replica.
+Another policy with decide's shape runs the same way: subclass SlaAutoscalingPolicy with
+`policy = staticmethod(my_decide)` and pass its import path as `policy_function`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, replace
+from typing import Any
+
+from agentserve.autoscale.model import LatencyModel
+from agentserve.autoscale.policy import (
+    PolicySpec,
+    PolicyState,
+    ScaleDecision,
+    Sla,
+    Snapshot,
+    TenantLatency,
+    decide,
+)
+from agentserve.spec import DeploymentSpec
+
+__all__ = [
+    "SlaAutoscalingPolicy",
+    "encode_replica_stats",
+    "policy_spec_from_json",
+    "policy_spec_to_json",
+    "ray_autoscaling_config",
+    "snapshot_from_context",
+]
+
+log = logging.getLogger("ray.serve")
+POLICY_PATH = "agentserve.autoscale.ray_policy:SlaAutoscalingPolicy"
+STATE_KEY = "agentserve"
+RAY_METRICS_INTERVAL_S = 10.0  # Ray 2.60's default AutoscalingConfig.metrics_interval_s
+_TTFT, _TPOT, _REQS = "agentserve_ttft_p95_ms:", "agentserve_tpot_p95_ms:", "agentserve_requests:"
+_RATE, _PROMPT, _OUTPUT = (
+    "agentserve_arrival_rps",
+    "agentserve_prompt_tokens",
+    "agentserve_output_tokens",
+)
+_RUNNING, _WAITING, _ACCEPT = (
+    "agentserve_engine_running",
+    "agentserve_engine_waiting",
+    "agentserve_acceptance_length:",
+)
+
+
+def policy_spec_to_json(spec: PolicySpec) -> dict[str, Any]:
+    """PolicySpec as JSON-able data (Ray requires JSON policy_kwargs)."""
+    data = asdict(spec)
+    data["slas"] = {name: list(sla) for name, sla in spec.slas.items()}
+    data["default_sla"] = list(spec.default_sla)
+    return data
+
+
+def policy_spec_from_json(data: Mapping[str, Any]) -> PolicySpec:
+    """Inverse of policy_spec_to_json."""
+    data = dict(data)
+    data["slas"] = {name: Sla(*sla) for name, sla in data.get("slas", {}).items()}
+    data["default_sla"] = Sla(*data["default_sla"]) if "default_sla" in data else Sla(1000, 100)
+    model = data.get("model")
+    data["model"] = LatencyModel(**model) if model is not None else None
+    return PolicySpec(**data)
+
+
+def ray_autoscaling_config(
+    spec: DeploymentSpec,
+    model_name: str | None = None,
+    *,
+    latency_model: LatencyModel | None = None,
+    replica_start_s: float = 60.0,
+    look_back_period_s: float | None = None,
+    policy_function: str = POLICY_PATH,
+) -> dict[str, Any]:
+    """The `autoscaling_config` for one model's deployment. Policy "sla" runs
+    `policy_function` (our SlaAutoscalingPolicy, or a subclass running another policy);
+    "ray_default" keeps Ray's policy: target ongoing requests = max_num_seqs x
+    target_utilization per replica, with the spec's bounds and delays.
+    `look_back_period_s` defaults to spec.autoscaling.look_back_period_s; a look-back of
+    10 s or less also shortens Ray's metrics push interval (`metrics_interval_s`, 10 s by
+    default, a field Ray 2.60 deprecates) to a third of it, since Ray requires the
+    look-back to exceed the push interval."""
+    policy = PolicySpec.from_deployment(
+        spec, model_name, latency_model=latency_model, replica_start_s=replica_start_s
+    )
+    look_back = look_back_period_s or spec.autoscaling.look_back_period_s
+    config: dict[str, Any] = {
+        "min_replicas": policy.min_replicas,
+        "max_replicas": policy.max_replicas,
+        "look_back_period_s": look_back,
+    }
+    if look_back <= RAY_METRICS_INTERVAL_S:  # Ray needs look_back > push interval
+        config["metrics_interval_s"] = look_back / 3
+    model = next(m for m in spec.models if model_name in (None, m.name))
+    if model.replicas.initial_replicas is not None:
+        config["initial_replicas"] = model.replicas.initial_replicas
+    if spec.autoscaling.policy == "ray_default":
+        target = model.max_num_seqs * spec.autoscaling.target_utilization
+        config["target_ongoing_requests"] = max(1.0, target)
+        config["upscale_delay_s"] = spec.autoscaling.upscale_delay_s
+        config["downscale_delay_s"] = spec.autoscaling.downscale_delay_s
+        return config
+    config.update(
+        upscale_delay_s=0.0,
+        downscale_delay_s=0.0,
+        upscaling_factor=1.0,
+        downscaling_factor=1.0,
+        policy={"policy_function": policy_function, "policy_kwargs": policy_spec_to_json(policy)},
+    )
+    return config
+
+
+def encode_replica_stats(
+    tenants: Mapping[str, TenantLatency],
+    *,
+    arrival_rate_rps: float,
+    mean_prompt_tokens: float,
+    mean_output_tokens: float,
+    engine_running: float = 0.0,
+    engine_waiting: float = 0.0,
+    acceptance_by_batch: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """One replica's `record_autoscaling_stats` result: flat name -> float (Ray's contract).
+    Tenant latencies are p95 over the replica's own window; absent samples are omitted.
+    `engine_running` / `engine_waiting` are the engine's batch and queue now;
+    `acceptance_by_batch` maps a batch-size bucket ("1", "3-4", ...) to the mean DFlash
+    acceptance length over the window (exported for observation; the policy plans with
+    its LatencyModel)."""
+    out = {_RATE: arrival_rate_rps, _PROMPT: mean_prompt_tokens, _OUTPUT: mean_output_tokens}
+    out[_RUNNING], out[_WAITING] = float(engine_running), float(engine_waiting)
+    for bucket, length in (acceptance_by_batch or {}).items():
+        out[_ACCEPT + bucket] = float(length)
+    for name, lat in tenants.items():
+        out[_REQS + name] = float(lat.requests)
+        if lat.ttft_p95_ms is not None:
+            out[_TTFT + name] = lat.ttft_p95_ms
+        if lat.tpot_p95_ms is not None:
+            out[_TPOT + name] = lat.tpot_p95_ms
+    return out
+
+
+def _tenants(metrics: Mapping[str, Mapping[Any, float]]) -> dict[str, TenantLatency]:
+    """Per tenant: the worst replica's p95 (conservative; Ray has no cross-replica
+    histograms), requests summed."""
+    out: dict[str, TenantLatency] = {}
+    for key, per_replica in metrics.items():
+        for prefix, attr in ((_TTFT, "ttft_p95_ms"), (_TPOT, "tpot_p95_ms"), (_REQS, "requests")):
+            if key.startswith(prefix) and per_replica:
+                name = key[len(prefix) :]
+                values = [v for v in per_replica.values() if not math.isnan(v)]
+                if not values:
+                    continue
+                value = sum(values) if attr == "requests" else max(values)
+                current = out.get(name, TenantLatency())
+                out[name] = replace(current, **{attr: int(value) if attr == "requests" else value})
+    return out
+
+
+def _mean(per_replica: Mapping[Any, float] | None) -> float:
+    values = list((per_replica or {}).values())
+    return sum(values) / len(values) if values else 0.0
+
+
+def snapshot_from_context(ctx: Any, state: PolicyState) -> Snapshot:
+    """Snapshot from a Ray `AutoscalingContext`. Replicas above the current count up to
+    the target are warming (aged from the last scale-up); those above the target drain.
+    Queued = requests waiting at handles plus those waiting inside engines (no batch slot),
+    like the simulator's ingress queue."""
+    now = ctx.current_time if ctx.current_time is not None else 0.0
+    running, target = ctx.current_num_replicas, ctx.target_num_replicas
+    metrics = ctx.aggregated_metrics or {}
+    warming = max(0, target - running)
+    age = 0.0 if state.last_up_s is None else max(0.0, now - state.last_up_s)
+    queued = (ctx.total_queued_requests or 0.0) + sum((metrics.get(_WAITING) or {}).values())
+    return Snapshot(
+        now_s=now,
+        ready_replicas=min(running, target),
+        warming_ages_s=(age,) * warming,
+        draining_replicas=max(0, running - target),
+        tenants=_tenants(metrics),
+        arrival_rate_rps=sum((metrics.get(_RATE) or {}).values()),
+        mean_prompt_tokens=_mean(metrics.get(_PROMPT)),
+        mean_output_tokens=_mean(metrics.get(_OUTPUT)),
+        in_flight=math.ceil(ctx.total_num_requests or 0.0),
+        queued=math.ceil(queued),
+    )
+
+
+class SlaAutoscalingPolicy:
+    """Ray Serve class-callable custom policy: built once from policy_kwargs, then
+    `policy(ctx) -> (target_replicas, policy_state)` every tick. It runs `policy`
+    (our `decide`; a subclass may set any function of the same shape)."""
+
+    policy: Callable[[Snapshot, PolicySpec, PolicyState], ScaleDecision] = staticmethod(decide)
+
+    def __init__(self, **policy_spec: Any):
+        self.spec = policy_spec_from_json(policy_spec)
+
+    def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
+        policy_state = dict(ctx.policy_state or {})
+        state = PolicyState.from_dict(policy_state.get(STATE_KEY) or {})
+        snap = snapshot_from_context(ctx, state)
+        decision = self.policy(snap, self.spec, state)
+        if decision.target_replicas != snap.current_replicas:
+            log.info(
+                "agentserve policy: %d -> %d replicas (%s; sla ratio %s, floor %d, "
+                "in flight %d, queued %d)",
+                snap.current_replicas,
+                decision.target_replicas,
+                decision.reason,
+                None if decision.sla_ratio is None else round(decision.sla_ratio, 2),
+                decision.capacity_floor,
+                snap.in_flight,
+                snap.queued,
+            )
+        policy_state[STATE_KEY] = decision.state.to_dict()
+        policy_state["agentserve_last"] = {
+            "reason": decision.reason,
+            "sla_ratio": decision.sla_ratio,
+            "capacity_floor": decision.capacity_floor,
+            "hold_requests": decision.hold_requests,
+        }
+        return decision.target_replicas, policy_state

@@ -1,0 +1,1 @@
+"""Benchmarks that print and save measured figures (docs/benchmarks.md, docs/benchmarks/*.json)."""

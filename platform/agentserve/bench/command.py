@@ -1,0 +1,159 @@
+"""`agentserve bench ...` argument parsing and the speculative benchmark's driver."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["add_parser"]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="benchmarks that print and save measured figures")
+    kinds = bench.add_subparsers(title="benchmarks", metavar="BENCH")
+    p = kinds.add_parser(
+        "speculative",
+        help="DFlash vs no speculation vs n-gram, vLLM and reference loop, one run",
+        description="Runs held-out prompts through vLLM (no speculation, DFlash 7 and 15 tokens, "
+        "n-gram) and the dflash reference loop at each temperature and batch size; writes "
+        "docs/benchmarks/speculative.json, a table in docs/benchmarks.md and "
+        "docs/img/speculative.png.",
+    )
+    p.add_argument("--model", default="smollm2-135m-instruct", help="bundled model or local HF dir")
+    p.add_argument("--drafter", default=None, help="drafter dir (default: the shipped drafter)")
+    p.add_argument(
+        "--num-prompts",
+        type=int,
+        default=16,
+        help="held-out prompts, half HumanEval half math (default: %(default)s)",
+    )
+    p.add_argument("--max-tokens", type=int, default=128, help="per request (default: %(default)s)")
+    p.add_argument("--batch-sizes", type=_ints, default=[1, 4], help="comma list (default: 1,4)")
+    p.add_argument(
+        "--temperatures", type=_floats, default=[0.0, 1.0], help="comma list (default: 0,1)"
+    )
+    p.add_argument(
+        "--engines",
+        default="vllm,reference",
+        help="comma list of vllm, reference (default: %(default)s)",
+    )
+    p.add_argument(
+        "--docs",
+        default="docs",
+        help="where benchmarks.md, benchmarks/ and img/ live (default: %(default)s)",
+    )
+    p.set_defaults(handler=_run_speculative)
+    from agentserve.bench import autoscale
+
+    autoscale.add_parser(kinds)
+    from agentserve.bench import reliability
+
+    reliability.add_parser(kinds)
+    from agentserve.bench import overhead
+
+    overhead.add_parser(kinds)
+
+
+def _heldout_ids(tokenizer, n: int) -> list[list[int]]:
+    from agentserve.reference import chat_prompt_ids
+    from dflash.train.prompts import heldout_prompts
+
+    held = heldout_prompts()
+    code = [p for p in held if p.source == "humaneval"][: n - n // 2]
+    math = [p for p in held if p.source == "math-heldout"][: n // 2]
+    return [chat_prompt_ids(tokenizer, p.text) for p in code + math]
+
+
+def _run_speculative(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    from agentserve.bench.report import (
+        finalize,
+        markdown_table,
+        plot_speedups,
+        replace_section,
+        write_json,
+    )
+    from agentserve.bench.speculative import reference_runs, vllm_runs
+    from agentserve.drafters import shipped_drafter
+    from agentserve.models import resolve_model
+
+    model_dir = resolve_model(args.model)
+    drafter_dir = args.drafter or shipped_drafter(args.model)
+    if drafter_dir is None:
+        raise FileNotFoundError(
+            "no drafter: pass --drafter or train one with `agentserve train-drafter`"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompts = _heldout_ids(tokenizer, args.num_prompts)
+    engines = args.engines.split(",")
+    started = time.perf_counter()
+    cells = []
+    if "vllm" in engines:
+        print(
+            f"vLLM: {len(prompts)} prompts x {args.temperatures} x batch {args.batch_sizes}",
+            flush=True,
+        )
+        cells += vllm_runs(
+            str(model_dir),
+            str(drafter_dir),
+            prompts,
+            args.max_tokens,
+            args.batch_sizes,
+            args.temperatures,
+        )
+    if "reference" in engines:
+        from dflash.export import load_drafter
+        from dflash.target import load_target
+
+        print("reference loop (dflash/generate.py, float32)", flush=True)
+        target = load_target(str(model_dir))
+        drafter = load_drafter(drafter_dir)
+        cells += reference_runs(
+            target,
+            drafter,
+            prompts,
+            args.max_tokens,
+            args.batch_sizes,
+            args.temperatures,
+            tokenizer.eos_token_id,
+        )
+    records = finalize(cells)
+    docs = Path(args.docs)
+    write_json(records, docs / "benchmarks" / "speculative.json")
+    plot_speedups(records, docs / "img" / "speculative.png")
+    table = markdown_table(records)
+    command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    body = (
+        f"## Speculative decoding (DFlash vs n-gram vs none)\n\n"
+        f"Command: `{command}` ({time.strftime('%Y-%m-%d')}, {platform.machine()}, "
+        f"{len(prompts)} held-out prompts, {args.max_tokens} max tokens, "
+        f"{time.perf_counter() - started:.0f} s). Raw figures: `benchmarks/speculative.json`.\n\n"
+        f"{table}\n![speedups](img/speculative.png)\n"
+    )
+    replace_section(docs / "benchmarks.md", "speculative", body)
+    print(table)
+    print(
+        json.dumps(
+            {
+                "written": [
+                    str(docs / "benchmarks.md"),
+                    str(docs / "benchmarks" / "speculative.json"),
+                ]
+            }
+        )
+    )
+    return 0

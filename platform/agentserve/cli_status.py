@@ -1,0 +1,250 @@
+"""`agentserve status`: deployments, replicas and live TTFT/TPOT of a running server.
+
+Reads three endpoints of the ingress: GET /status (Serve deployments and replica states),
+GET /health (per-model engine health) and GET /metrics (latency histograms, queue and
+DFlash counters). Latency is cumulative since the server started; with --watch each
+refresh shows the window since the previous one. Rows are built by pure functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agentserve.console import Console
+from agentserve.metrics_snapshot import MetricsSnapshot, parse_metrics
+
+__all__ = ["Report", "add_parser", "report_rows", "run_status"]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TIMEOUT_S = 10.0
+
+
+class ServerUnreachableError(ConnectionError):
+    """Nothing answers at the URL."""
+
+
+@dataclass
+class Report:
+    """What the server said: /health and /status bodies (None when absent) and metrics."""
+
+    url: str
+    health: dict[str, Any] | None
+    status: dict[str, Any] | None
+    metrics: MetricsSnapshot
+
+
+def fetch_report(url: str, api_key: str | None = None, admin_url: str | None = None) -> Report:
+    """Query the three endpoints (/status and /metrics at `admin_url`, default `url`: the
+    server answers them only on loopback or on server.metrics_port); raise
+    ServerUnreachableError when nothing answers."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    admin_url = admin_url or url
+    try:
+        with httpx.Client(timeout=TIMEOUT_S, headers=headers) as http:
+            health = _json_or_none(http.get(f"{url}/health"))
+            status = _json_or_none(http.get(f"{admin_url}/status"))
+            metrics = http.get(f"{admin_url}/metrics")
+    except httpx.HTTPError as err:
+        raise ServerUnreachableError(
+            f"nothing answers at {url} ({type(err).__name__}); start it with `agentserve up`"
+        ) from None
+    text = metrics.text if metrics.status_code == 200 else ""
+    return Report(url, health, status, parse_metrics(text))
+
+
+def _json_or_none(response: Any) -> dict[str, Any] | None:
+    # /health answers 503 with a JSON body when a model is down: still worth showing
+    if response.status_code not in (200, 503):
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+# -- rows (pure) -------------------------------------------------------------------------------
+DEPLOYMENT_HEADER = ("app", "deployment", "status", "replicas", "message")
+MODEL_HEADER = (
+    "model",
+    "health",
+    "in_flight",
+    "queued",
+    "engine_running",
+    "engine_waiting",
+    "acceptance_length",
+    "accepted_tokens",
+    "draft_tokens",
+)
+LATENCY_HEADER = (
+    "model",
+    "tenant",
+    "requests",
+    "errors",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "output_tokens",
+)
+
+
+def deployment_rows(status: dict[str, Any] | None) -> list[tuple]:
+    """One row per Serve deployment: app, name, status, replica states, first message line."""
+    rows = []
+    for app_name, app in sorted((status or {}).get("applications", {}).items()):
+        for name, dep in sorted(app.get("deployments", {}).items()):
+            replicas = ", ".join(f"{n} {s}" for s, n in sorted(dep.get("replicas", {}).items()))
+            message = (dep.get("message") or "").strip().splitlines()
+            rows.append(
+                (app_name, name, dep["status"], replicas or "0", message[0] if message else "")
+            )
+    return rows
+
+
+def model_rows(health: dict[str, Any] | None, metrics: MetricsSnapshot) -> list[tuple]:
+    """One row per model: health from /health, queue and DFlash values from /metrics."""
+    states = (health or {}).get("models", {})
+    rows = []
+    for model in sorted(set(states) | set(metrics.models)):
+        v = metrics.models.get(model, {})
+        drafted = v.get("draft_tokens")
+        rows.append(
+            (
+                model,
+                states.get(model, "-"),
+                _int(v.get("in_flight")),
+                _int(v.get("queued")),
+                _int(v.get("running")),
+                _int(v.get("waiting")),
+                round(v["acceptance_length"], 2) if drafted else None,
+                _int(v.get("accepted_tokens")),
+                _int(drafted),
+            )
+        )
+    return rows
+
+
+def latency_rows(metrics: MetricsSnapshot) -> list[tuple]:
+    """One row per (model, tenant): requests, non-2xx, TTFT and TPOT p50/p95 in ms, tokens."""
+    rows = []
+    for (model, tenant), s in sorted(metrics.tenants.items()):
+        total = sum(s.requests.values())
+        errors = sum(n for status, n in s.requests.items() if not status.startswith("2"))
+        rows.append(
+            (
+                model,
+                tenant,
+                _int(total),
+                _int(errors),
+                _ms(s.ttft.quantile(0.5)),
+                _ms(s.ttft.quantile(0.95)),
+                _ms(s.tpot.quantile(0.5)),
+                _ms(s.tpot.quantile(0.95)),
+                _int(s.output_tokens),
+            )
+        )
+    return rows
+
+
+def report_rows(report: Report, metrics: MetricsSnapshot | None = None) -> dict[str, list]:
+    """{"deployment": rows, "model": rows, "latency": rows}; `metrics` overrides the
+    report's (e.g. a --watch window)."""
+    m = report.metrics if metrics is None else metrics
+    return {
+        "deployment": deployment_rows(report.status),
+        "model": model_rows(report.health, m),
+        "latency": latency_rows(m),
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 1)
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+# -- output ------------------------------------------------------------------------------------
+_HEADERS = {"deployment": DEPLOYMENT_HEADER, "model": MODEL_HEADER, "latency": LATENCY_HEADER}
+
+
+def render(console: Console, report: Report, rows: dict[str, list], window: str) -> None:
+    """Plain: one JSON line per row ({"kind": ..., column: value}). Human: three tables."""
+    overall = (report.health or {}).get("status", "unknown")
+    if console.plain:
+        console.record({"kind": "server", "url": report.url, "health": overall, "window": window})
+        for kind, kind_rows in rows.items():
+            for row in kind_rows:
+                console.record({"kind": kind, **dict(zip(_HEADERS[kind], row, strict=True))})
+        return
+    colour = "green" if overall == "ok" else "red"
+    console.say(f"agentserve at {report.url}: {console.style(overall, 'bold', colour)}")
+    if report.status is None:
+        console.say("(no /status endpoint: deployments unknown)")
+    for kind in ("deployment", "model", "latency"):
+        if rows[kind]:
+            console.say()
+            console.table([h.upper() for h in _HEADERS[kind]], rows[kind])
+    console.say()
+    console.say(console.style(f"latency over {window}; '-' = no data yet", "dim"))
+
+
+def run_status(args: argparse.Namespace, console: Console | None = None) -> int:
+    """`agentserve status`: exit 0 when healthy, 1 unreachable or unhealthy."""
+    console = console or Console()
+    url = args.url.rstrip("/").removesuffix("/v1")
+    admin = (getattr(args, "admin_url", None) or url).rstrip("/")
+    try:
+        report = fetch_report(url, args.api_key, admin)
+        render(console, report, report_rows(report), "the server's lifetime")
+        while args.watch:
+            time.sleep(args.watch)
+            previous, report = report, fetch_report(url, args.api_key, admin)
+            window = report.metrics.minus(previous.metrics)
+            console.say()
+            render(console, report, report_rows(report, window), f"the last {args.watch:g} s")
+    except ServerUnreachableError as err:
+        console.error(str(err))
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return 0 if (report.health or {}).get("status") == "ok" else 1
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `status` on the CLI's subparsers."""
+    p = sub.add_parser(
+        "status",
+        help="deployments, replicas and live TTFT/TPOT of a running server",
+        description="Show a running agentserve's Serve deployments and replica states, "
+        "per-model health, queue and DFlash acceptance, and per model+tenant TTFT/TPOT "
+        "percentiles (from its /status, /health and /metrics endpoints).",
+    )
+    p.add_argument(
+        "--url",
+        default=os.environ.get("AGENTSERVE_URL", DEFAULT_URL),
+        help="server URL (default: $AGENTSERVE_URL or http://127.0.0.1:8000)",
+    )
+    p.add_argument(
+        "--admin-url",
+        default=os.environ.get("AGENTSERVE_ADMIN_URL"),
+        help="where /status and /metrics answer: the server's metrics port when "
+        "server.metrics_port is set (default: $AGENTSERVE_ADMIN_URL, else --url)",
+    )
+    p.add_argument("--api-key", default=None, help="sent as Bearer token (not needed today)")
+    p.add_argument(
+        "--watch",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS, showing latency over each interval (Ctrl-C stops)",
+    )
+    p.set_defaults(handler=run_status)

@@ -1,0 +1,418 @@
+"""`agentserve up`: serve a DeploymentSpec on local Ray until Ctrl-C or SIGTERM.
+
+Order: load spec (+ --host/--port, drafter default) -> check drafters and port -> prepare
+model weights -> start Ray + Serve -> poll until every deployment is healthy and /health
+answers -> print URL and examples -> wait for a signal -> serve.shutdown, ray.shutdown.
+Exit codes: 0 stopped cleanly, 1 failed to start, 2 invalid input (spec, port, drafter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from agentserve.console import Console
+from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, SpecError, load_spec, spec_from_dict
+
+__all__ = ["add_parser", "run_up"]
+
+POLL_S = 1.0
+PLAIN_PROGRESS_EVERY_S = 10.0
+CPU_ENGINE_HINT = "vLLM on CPU: loading weights and compiling, typically 80-140 s"
+
+
+class PortInUseError(OSError):
+    """The API address is already taken."""
+
+
+# -- spec preparation (pure) -------------------------------------------------------------------
+def with_overrides(spec: DeploymentSpec, host: str | None, port: int | None) -> DeploymentSpec:
+    """The spec with server.host/port replaced and re-validated (SpecError names the field)."""
+    if host is None and port is None:
+        return spec
+    data = spec.model_dump(mode="json")
+    data["server"].update({k: v for k, v in (("host", host), ("port", port)) if v is not None})
+    return spec_from_dict(data, source="(with --host/--port)")
+
+
+def with_default_drafters(
+    spec: DeploymentSpec,
+    flag: bool | None,
+    shipped: Callable[[str], Path | None],
+) -> tuple[DeploymentSpec, list[str]]:
+    """Decide each model's drafter; return the spec and notes for the user.
+
+    flag True/False (--drafter/--no-drafter) switches drafting on/off for every model.
+    flag None: a vLLM model of the bundled source whose spec leaves `drafter.enabled`
+    unset gets the shipped drafter when `shipped(source)` finds one; explicit settings win.
+    """
+    data = spec.model_dump(mode="json")
+    notes = []
+    for model, entry in zip(spec.models, data["models"], strict=True):
+        if flag is not None:
+            entry["drafter"]["enabled"] = flag
+            continue
+        explicit = "enabled" in model.drafter.model_fields_set
+        if explicit or model.engine != "vllm" or model.source != BUNDLED_MODEL:
+            continue
+        found = shipped(model.source)
+        entry["drafter"]["enabled"] = found is not None
+        if found is None:
+            notes.append(
+                f"model {model.name}: no shipped DFlash drafter installed; serving without "
+                "speculative decoding (train one with `agentserve train-drafter`)"
+            )
+    return spec_from_dict(data, source="(with drafter defaults)"), notes
+
+
+def check_drafters(spec: DeploymentSpec) -> dict[str, str | None]:
+    """model name -> drafter directory (None = no drafting); raises DrafterMissingError."""
+    from agentserve.engine.vllm import speculative_config
+
+    found = {}
+    for model in spec.models:
+        config = speculative_config(model)
+        found[model.name] = None if config is None else config["model"]
+    return found
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise PortInUseError when something listens on host:port (bind test, like uvicorn)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as err:
+            raise PortInUseError(
+                f"cannot serve on {host}:{port}: {err.strerror or err}; stop what uses it "
+                "(`agentserve status --url ...` tells whether it is agentserve) or pass --port N"
+            ) from None
+
+
+def load_up_spec(args: argparse.Namespace) -> tuple[DeploymentSpec, list[str]]:
+    """The spec `up` serves: file or default, flags applied, drafter defaults decided."""
+    from agentserve.drafters import shipped_drafter
+
+    spec = load_spec(args.spec) if args.spec else DeploymentSpec()
+    spec, notes = with_default_drafters(spec, args.drafter, shipped_drafter)
+    return with_overrides(spec, args.host, args.port), notes
+
+
+# -- the command -------------------------------------------------------------------------------
+def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
+    """`agentserve up`; see the module docstring for the order and exit codes."""
+    from agentserve.cli_traces import PhoenixNotInstalledError, phoenix_executable
+    from agentserve.engine.vllm import DrafterMissingError
+
+    console = console or Console()
+    try:
+        spec, notes = load_up_spec(args)
+        drafters = check_drafters(spec)
+        check_port_free(spec.server.host, spec.server.port)
+        if spec.server.metrics_port is not None:
+            check_port_free(spec.server.host, spec.server.metrics_port)
+        if getattr(args, "traces", False):
+            phoenix_executable()  # fail now, not after the weights are prepared
+    except (SpecError, DrafterMissingError, PortInUseError, PhoenixNotInstalledError) as err:
+        console.error(str(err))
+        return 2
+    for note in notes:
+        console.warn(note)
+    prepare_models(spec, console)
+    from agentserve.cli_traces import traces_for_up
+
+    try:
+        # Ray prints task errors and worker lines on sys.stdout; keep stdout for our output.
+        with (
+            StopSignals() as signals,
+            traces_for_up(args, console),  # --traces: Phoenix, and OTLP env for Ray's workers
+            contextlib.redirect_stdout(sys.stderr),
+        ):
+            return _serve(spec, drafters, args, console, signals)
+    except PhoenixNotInstalledError as err:
+        console.error(str(err))
+        return 2
+
+
+def prepare_models(spec: DeploymentSpec, console: Console) -> None:
+    """Convert/cache each vLLM model's weights here, with progress, before Ray starts."""
+    from agentserve.models import resolve_model
+
+    for model in spec.models:
+        if model.engine != "vllm":
+            continue
+        console.event(
+            "model",
+            f"preparing weights for {model.name} ({model.source})",
+            model=model.name,
+            source=model.source,
+        )
+        path = resolve_model(model.source, progress=not console.plain)
+        console.event("model_ready", f"  weights: {path}", model=model.name, path=str(path))
+
+
+def _serve(
+    spec: DeploymentSpec,
+    drafters: dict[str, str | None],
+    args: argparse.Namespace,
+    console: Console,
+    signals: StopSignals,
+) -> int:
+    from agentserve.serve import local
+
+    stop = signals.stop
+    started = time.monotonic()
+    console.event(
+        "starting",
+        f"starting Ray and Serve for {len(spec.models)} model(s) on "
+        f"{spec.server.host}:{spec.server.port}",
+        models=[m.name for m in spec.models],
+        host=spec.server.host,
+        port=spec.server.port,
+    )
+    try:
+        try:
+            local.start_local(spec, verbose=args.verbose)
+            signals.install()  # take SIGTERM back from Ray's core
+        except Exception as err:  # Ray's start failures are varied; report, then clean up
+            console.error(f"Ray Serve failed to start: {type(err).__name__}: {err}")
+            return 1
+        ok = _wait_ready(spec, console, stop, started, args.start_timeout_s)
+        if ok:
+            _print_ready(spec, drafters, console, time.monotonic() - started)
+            _watch(console, stop)
+        return 0 if ok or stop.is_set() else 1
+    finally:
+        console.event("stopping", "stopping: shutting down Serve and Ray ...")
+        # Serve's shutdown makes Ray print expected "actor is dead" task errors: drop them
+        quiet = contextlib.nullcontext() if args.verbose else _discard_stdout()
+        with quiet:
+            local.stop_local()
+        console.event("stopped", "stopped")
+
+
+def _wait_ready(
+    spec: DeploymentSpec,
+    console: Console,
+    stop: threading.Event,
+    started: float,
+    timeout_s: float,
+) -> bool:
+    """Poll Serve and /health until ready; False on failure, timeout or a stop signal."""
+    from agentserve.serve.app import deployment_name
+    from agentserve.serve.local import current_app_state, describe_progress, readiness
+
+    names = {deployment_name(m.name): m.name for m in spec.models}
+    uses_vllm = any(m.engine == "vllm" for m in spec.models)
+    last_plain = 0.0
+    while not stop.wait(POLL_S):
+        elapsed = time.monotonic() - started
+        try:
+            app = current_app_state()
+        except Exception as err:  # controller still starting or busy: try again
+            app, text = None, f"waiting for the Serve controller ({type(err).__name__})"
+        else:
+            text = describe_progress(app, names)
+            state = readiness(app)
+            if state.phase == "failed":
+                console.error(f"the deployment failed to start:\n{state.detail}")
+                console.say("(rerun with --verbose to see Ray's and vLLM's logs)")
+                return False
+            if state.phase == "ready" and _http_ready(_base_url(spec)):
+                return True
+        if elapsed > timeout_s:
+            console.error(f"not ready after {timeout_s:.0f} s: {text}")
+            return False
+        hint = f" ({CPU_ENGINE_HINT})" if uses_vllm and "STARTING" in text else ""
+        console.status(f"  {_clock(elapsed)}  {text}{hint}")
+        if console.plain and elapsed - last_plain >= PLAIN_PROGRESS_EVERY_S:
+            last_plain = elapsed
+            console.event("progress", elapsed_s=round(elapsed, 1), detail=text)
+    return False
+
+
+def _watch(console: Console, stop: threading.Event, every_s: float = 5.0) -> None:
+    """While serving: report when the app's health changes, until a stop signal."""
+    from agentserve.serve.local import current_app_state, readiness
+
+    last = "ready"
+    while not stop.wait(every_s):
+        try:
+            state = readiness(current_app_state())
+        except Exception as err:  # the controller may be briefly unreachable; keep serving
+            console.warn(f"cannot read Serve status: {err}")
+            continue
+        if state.phase != last:
+            last = state.phase
+            console.event(
+                "health",
+                f"deployment is now {state.phase} {state.detail}".rstrip(),
+                phase=state.phase,
+                detail=state.detail,
+            )
+
+
+def _http_ready(base_url: str) -> bool:
+    import httpx
+
+    try:
+        # a local address: never through an HTTP(S)_PROXY from the environment
+        return httpx.get(f"{base_url}/health", timeout=5.0, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def _discard_stdout() -> Iterator[None]:
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        yield
+
+
+class StopSignals:
+    """`stop` is set by SIGINT/SIGTERM; a second signal interrupts at once (KeyboardInterrupt).
+
+    A context manager that restores the previous handlers on exit. Call `install()` again
+    after ray.init: Ray's core installs its own SIGTERM handler (a stack dump, then abort).
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        self.stop.set()
+
+    def install(self) -> None:
+        for sig in self.SIGNALS:
+            old = signal.signal(sig, self._handle)
+            self._previous.setdefault(sig, old)
+
+    def __enter__(self) -> StopSignals:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._previous.items():
+            signal.signal(sig, old)
+
+
+# -- the ready banner --------------------------------------------------------------------------
+def _base_url(spec: DeploymentSpec, port: int | None = None) -> str:
+    host = spec.server.host
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port or spec.server.port}"
+
+
+def admin_url(spec: DeploymentSpec) -> str:
+    """Where /status and /metrics answer: server.metrics_port when set, else the API port
+    (to loopback clients only; serve/admin.py)."""
+    return _base_url(spec, spec.server.metrics_port)
+
+
+def examples(base_url: str, model: str, needs_key: bool) -> dict[str, str]:
+    """Ready-to-paste curl and openai-client snippets for `model` at `base_url` (pure)."""
+    auth = ' \\\n  -H "Authorization: Bearer $AGENTSERVE_API_KEY"' if needs_key else ""
+    key = 'os.environ["AGENTSERVE_API_KEY"]' if needs_key else '"none"'
+    body = f'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+    curl = (
+        f"curl {base_url}/v1/chat/completions{auth} \\\n"
+        f"  -H 'Content-Type: application/json' \\\n  -d '{body}'"
+    )
+    python = (
+        f"{'import os' + chr(10) if needs_key else ''}from openai import OpenAI\n\n"
+        f'client = OpenAI(base_url="{base_url}/v1", api_key={key})\n'
+        "reply = client.chat.completions.create(\n"
+        f'    model="{model}", messages=[{{"role": "user", "content": "Hello!"}}]\n'
+        ")\n"
+        "print(reply.choices[0].message.content)"
+    )
+    return {"curl": curl, "python": python}
+
+
+def _print_ready(
+    spec: DeploymentSpec, drafters: dict[str, str | None], console: Console, took_s: float
+) -> None:
+    base = _base_url(spec)
+    model = spec.models[0].name
+    snippets = examples(base, model, needs_key=bool(spec.tenants))
+    if console.plain:
+        console.event(
+            "ready",
+            url=base,
+            base_url=f"{base}/v1",
+            models=[m.name for m in spec.models],
+            drafters=drafters,
+            took_s=round(took_s, 1),
+            **snippets,
+        )
+        return
+    s = console.style
+    console.say(s(f"agentserve is up ({_clock(took_s)})", "bold", "green"))
+    console.say(f"  API      {s(base + '/v1', 'cyan')}   (OpenAI-compatible)")
+    for m in spec.models:
+        drafter = drafters.get(m.name)
+        spec_note = f"DFlash drafter {drafter}" if drafter else "no drafter"
+        console.say(f"  model    {s(m.name, 'bold')}   ({spec_note})")
+    admin = admin_url(spec)
+    status = f"agentserve status --url {base}"
+    status += f" --admin-url {admin}" if admin != base else ""
+    console.say(f"  status   {status}     metrics {admin}/metrics")
+    console.say(f"  chat     agentserve chat --url {base}")
+    console.say("\n" + s("curl:", "bold"))
+    console.say(snippets["curl"])
+    console.say("\n" + s("Python (pip install openai):", "bold"))
+    console.say(snippets["python"])
+    console.say("\n" + s("Ctrl-C stops the server.", "dim"))
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `up` on the CLI's subparsers."""
+    p = sub.add_parser(
+        "up",
+        help="serve models on local Ray with the OpenAI-compatible API (Ctrl-C stops)",
+        description="Start local Ray + Ray Serve with a DeploymentSpec (default: the bundled "
+        f"model {BUNDLED_MODEL} with its shipped DFlash drafter on CPU) and serve the "
+        "OpenAI-compatible API until Ctrl-C or SIGTERM.",
+    )
+    p.add_argument("--spec", help="DeploymentSpec YAML/JSON (default: the embedded deployment)")
+    p.add_argument("--host", help="bind address (default: the spec's server.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="API port (default: the spec's server.port, 8000)")
+    p.add_argument(
+        "--drafter",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="force DFlash drafting on or off for every model (default: the spec's setting; "
+        "the bundled model gets its shipped drafter unless the spec sets drafter.enabled)",
+    )
+    p.add_argument(
+        "--start-timeout-s",
+        type=float,
+        default=900.0,
+        help="give up when not ready after this many seconds (default: %(default)s)",
+    )
+    p.add_argument("--verbose", action="store_true", help="show Ray's, Serve's and vLLM's own logs")
+    from agentserve.cli_traces import add_trace_options
+
+    add_trace_options(p, flag=True)  # --traces, --traces-port, --traces-grpc-port
+    p.set_defaults(handler=run_up)

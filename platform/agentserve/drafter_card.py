@@ -1,0 +1,123 @@
+"""Model card for an exported drafter: data, command, hyperparameters, loss curve, measured tau."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+__all__ = ["evaluate_tau", "plot_curve", "write_card"]
+
+
+def evaluate_tau(
+    target,
+    drafter,
+    prompts: list[list[int]],
+    stop_id: int,
+    num_draft_tokens: int,
+    max_new_tokens: int = 128,
+) -> dict[str, Any]:
+    """Greedy DFlash on held-out prompts through the reference loop: tau and per-position rates."""
+    from dflash.generate import generate
+
+    taus, accepted, drafted = [], None, 0
+    for i in range(0, len(prompts), 8):
+        r = generate(
+            target,
+            prompts[i : i + 8],
+            max_new_tokens,
+            drafter=drafter,
+            num_draft_tokens=num_draft_tokens,
+            stop_token_ids=[stop_id],
+        )
+        taus.extend(r.stats.acceptance_lengths)
+        pos = r.stats.position_accepted
+        accepted = pos if accepted is None else [a + b for a, b in zip(accepted, pos, strict=True)]
+        drafted += r.stats.position_drafted
+    return {
+        "num_draft_tokens": num_draft_tokens,
+        "tau": round(sum(taus) / len(taus), 3),
+        "histogram": dict(sorted(Counter(taus).items())),
+        "per_position_acceptance": [round(a / max(drafted, 1), 3) for a in accepted or []],
+    }
+
+
+def plot_curve(log_path: Path, out_png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    steps = [r["step"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
+    ax1.plot(steps, [r["loss"] for r in rows])
+    ax1.set(xlabel="step", ylabel="weighted CE", title="training loss")
+    for k in (0, 3, 7, 14):
+        if k < len(rows[0]["acc_per_position"]):
+            ax2.plot(steps, [r["acc_per_position"][k] for r in rows], label=f"position {k + 1}")
+    ax2.set(xlabel="step", ylabel="accuracy", title="per-position accuracy (train)")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+def write_card(
+    out_dir: Path,
+    *,
+    command: str,
+    config: dict,
+    train_config: dict,
+    data: dict,
+    evals: list[dict],
+    step: int,
+    log_path: Path,
+) -> None:
+    """README.md + loss_curve.png (+ eval.json) beside the weights."""
+    plot_curve(log_path, out_dir / "loss_curve.png")
+    (out_dir / "eval.json").write_text(json.dumps(evals, indent=2) + "\n")
+    last = json.loads(log_path.read_text().splitlines()[-1])
+    rows = "\n".join(
+        f"| {e['num_draft_tokens']} | {e['tau']} | {e['per_position_acceptance'][:8]} |"
+        for e in evals
+    )
+    acc = last["acc_per_position"]
+    arch = (
+        f"{config['num_hidden_layers']} Qwen3-style layers, hidden {config['hidden_size']}, "
+        f"block size {config['block_size']}, target features from layers "
+        f"{config['dflash_config']['target_layer_ids']} (0-based), mask token id "
+        f"{config['dflash_config']['mask_token_id']}."
+    )
+    (out_dir / "README.md").write_text(f"""# DFlash drafter for SmolLM2-135M-Instruct
+
+A block-diffusion drafter for speculative decoding (DFlash), trained by agentserve for the
+bundled target model. Loads in vLLM with
+`speculative_config={{"method": "dflash", "model": "<this dir>", "num_speculative_tokens": N}}`.
+
+## Architecture
+{arch}
+Embeddings and LM head are the target's (not stored here).
+
+## Data
+The target's own responses (vLLM, greedy and sampled at T=0.8) to prompts generated from seeds
+(arithmetic word problems, coding tasks, chat/instruction requests) and prompts the model wrote
+itself. HumanEval and a held-out math template set are excluded and used for evaluation.
+{json.dumps(data)}
+
+## Training
+Command: `{command}`
+
+Hyperparameters: {json.dumps(train_config)}
+
+Trained {step} steps; final weighted CE {last["loss"]:.3f}; train accuracy at block
+positions 1 / 4 / last: {acc[0]} / {acc[min(3, len(acc) - 1)]} / {acc[-1]}.
+
+![loss curve](loss_curve.png)
+
+## Measured acceptance (held-out prompts, greedy, dflash reference loop)
+| drafted tokens | tau (tokens per step) | per-position acceptance (first 8) |
+|---|---|---|
+{rows}
+""")

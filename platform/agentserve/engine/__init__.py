@@ -1,0 +1,1 @@
+"""Serving engines: vLLM (production, CPU and GPU builds) and a fake for unit tests."""

@@ -1,0 +1,183 @@
+"""Engine protocol: what a model replica needs from a serving engine (vLLM or the fake).
+
+An engine takes one validated OpenAI request (vLLM's protocol models) and yields typed
+deltas; the API layer turns deltas into OpenAI JSON or SSE. Token counts ride on every
+delta (cumulative), so callers measure TTFT and time per output token without parsing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "Continuation",
+    "Delta",
+    "Engine",
+    "EngineDeadError",
+    "EngineError",
+    "EngineRequest",
+    "EngineRequestError",
+    "EngineStats",
+    "EngineUnavailableError",
+]
+
+RequestKind = Literal["chat", "completion"]
+
+
+class EngineError(RuntimeError):
+    """Base of the errors an engine raises on purpose."""
+
+
+class EngineRequestError(EngineError):
+    """The request cannot be served as given (a client mistake): maps to an HTTP 4xx.
+
+    `status` is the HTTP status, `type`/`code`/`param` the OpenAI error fields.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type
+        self.code = code
+        self.param = param
+
+    def __reduce__(self):  # survive pickling across Ray processes with keyword fields
+        return (
+            _rebuild_request_error,
+            (self.message, self.status, self.type, self.code, self.param),
+        )
+
+
+def _rebuild_request_error(message, status, type, code, param) -> EngineRequestError:
+    return EngineRequestError(message, status=status, type=type, code=code, param=param)
+
+
+class EngineUnavailableError(EngineError):
+    """The engine is not started, stopped, overloaded or dead: maps to HTTP 503."""
+
+
+class EngineDeadError(EngineUnavailableError):
+    """The engine, or the replica hosting it, died while serving: nothing more will come
+    from it. The ingress continues the request on another replica (serve/migrate.py)."""
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Output already delivered for a request whose replica died: the engine generates
+    what follows it, as if it had produced it itself.
+
+    `text` is that output and `completion_tokens` its token count. `token_ids` are its
+    token ids and `prompt_token_ids` the original prompt's, when the first engine
+    reported them (both or neither); an engine then continues from exactly those tokens,
+    which is what makes greedy output equal the undisturbed one.
+    """
+
+    text: str
+    completion_tokens: int
+    token_ids: tuple[int, ...] = ()
+    prompt_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One generation request.
+
+    `body` is a validated vLLM protocol model (ChatCompletionRequest for kind "chat",
+    CompletionRequest for "completion"); engines must not mutate it. `headers` carries
+    pass-through headers (lowercase names), e.g. `traceparent`, `x-request-id`.
+    With `continuation`, the body's max_tokens is already reduced by the tokens delivered,
+    and the deltas count as for a request whose prompt is the original prompt followed by
+    the continuation (prompt_tokens includes it, completion_tokens counts new tokens only).
+    """
+
+    request_id: str
+    kind: RequestKind
+    body: Any
+    headers: Mapping[str, str] = field(default_factory=dict)
+    continuation: Continuation | None = None
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One step of output for choice 0.
+
+    `text` is new content (may be ""), `tool_calls` new OpenAI tool-call deltas
+    (dicts with index/id/type/function), `prompt_tokens` the prompt length and
+    `completion_tokens` the output tokens so far (cumulative, >= the previous delta's).
+    `finish_reason` is set on the last delta only ("stop", "length", "tool_calls").
+    `token_ids` are the output token ids whose text this delta delivers, and
+    `prompt_token_ids` (first delta only) the prompt's, when the engine reports them.
+    """
+
+    text: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    reasoning: str = ""
+    token_ids: tuple[int, ...] = ()
+    prompt_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """Counters since start (monotonic) and gauges now.
+
+    Speculative decoding: `spec_drafts` verify steps with a draft, `spec_draft_tokens`
+    tokens proposed, `spec_accepted_tokens` tokens accepted. Mean acceptance length
+    (tokens emitted per verify step) = 1 + accepted / drafts. `spec_by_batch` splits the
+    same counters by the running batch size of each step: (batch, drafts, drafted tokens,
+    accepted tokens) sorted by batch; empty when the engine does not report it.
+    """
+
+    running: int = 0
+    waiting: int = 0
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_by_batch: tuple[tuple[int, int, int, int], ...] = ()
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens per verify step (1.0 when nothing was drafted)."""
+        return 1.0 + self.spec_accepted_tokens / self.spec_drafts if self.spec_drafts else 1.0
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A serving engine for one model. Lifecycle: start() once, then requests, then stop().
+
+    Contracts:
+    - generate() yields at least one Delta and exactly one with finish_reason (the last);
+      it raises EngineRequestError for client mistakes (e.g. prompt longer than the
+      context, before any delta), EngineUnavailableError when it cannot serve now, and
+      EngineDeadError when it died (also mid-stream). It honours
+      EngineRequest.continuation. Closing the iterator early aborts the request.
+    - health() raises EngineUnavailableError when the engine cannot serve.
+    """
+
+    model_name: str
+    max_model_len: int
+
+    async def start(self) -> None: ...
+
+    def generate(self, request: EngineRequest) -> AsyncIterator[Delta]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def health(self) -> None: ...
+
+    async def stats(self) -> EngineStats: ...
+
+    async def stop(self) -> None: ...

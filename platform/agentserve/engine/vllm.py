@@ -1,0 +1,114 @@
+"""DeploymentSpec -> vLLM engine arguments (DFlash as speculative_config method "dflash").
+
+Pure mapping plus helpers to read vLLM's spec-decode counters; the engine wrapper that
+hosts vLLM's AsyncLLM builds on these.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentserve.drafters import shipped_drafter
+from agentserve.spec import ModelSpec
+
+__all__ = [
+    "DrafterMissingError",
+    "engine_kwargs",
+    "frontend_kwargs",
+    "shutdown_offline",
+    "spec_decode_counters",
+    "speculative_config",
+]
+
+# vLLM's Hermes parser reads `<tool_call>{json}</tool_call>` from the text (the format of
+# SmolLM2's and Qwen's chat templates). Setting a parser is also what lets vLLM serve
+# tool_choice "required" and named tools (structured outputs) for any model; without one
+# every request with tools is a 400, so agent frameworks could not run at all.
+TOOL_CALL_PARSER = "hermes"
+
+
+class DrafterMissingError(ValueError):
+    """The spec enables a drafter but none is available for the model."""
+
+
+def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
+    """vLLM speculative_config for the model's drafter, or None when drafting is off."""
+    drafter = model.drafter
+    if not drafter.enabled:
+        return None
+    path = Path(drafter.path).expanduser() if drafter.path else shipped_drafter(model.source)
+    if path is None or not (path / "config.json").is_file():
+        raise DrafterMissingError(
+            f"model {model.name!r}: drafter directory {path or '(shipped)'} not found; "
+            "train one with `agentserve train-drafter` or set drafter.path"
+        )
+    config: dict[str, Any] = {
+        "method": drafter.method,
+        "model": str(path),
+        "num_speculative_tokens": drafter.num_speculative_tokens,
+    }
+    if drafter.num_speculative_tokens_per_batch_size is not None:
+        schedule = drafter.num_speculative_tokens_per_batch_size
+        config["num_speculative_tokens_per_batch_size"] = [tuple(r) for r in schedule]
+    return config
+
+
+def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> dict[str, Any]:
+    """Keyword arguments for vllm.LLM / AsyncEngineArgs from one ModelSpec."""
+    kwargs: dict[str, Any] = {
+        "model": str(model_dir),
+        "served_model_name": [model.name],  # a list, as vLLM's CLI parser makes it
+        "dtype": model.dtype,
+        "max_model_len": model.max_model_len,
+        "max_num_seqs": model.max_num_seqs,
+        "enable_prefix_caching": True,
+        "speculative_config": speculative_config(model),
+        "disable_log_stats": False,  # spec-decode and latency counters feed metrics/autoscaling
+    }
+    if model.async_scheduling:
+        kwargs["async_scheduling"] = True
+    kwargs.update(overrides)
+    return kwargs
+
+
+def frontend_kwargs(model: ModelSpec) -> dict[str, Any]:
+    """vLLM OpenAI-frontend options for `model` (tool calling), merged over FrontendArgs."""
+    return {"enable_auto_tool_choice": True, "tool_call_parser": TOOL_CALL_PARSER}
+
+
+def spec_decode_counters(metrics: list[Any]) -> dict[str, Any]:
+    """Drafts, drafted and accepted tokens, per-position accepted, from vLLM's metrics snapshot."""
+    out: dict[str, Any] = {
+        "drafts": 0,
+        "draft_tokens": 0,
+        "accepted_tokens": 0,
+        "accepted_per_pos": [],
+    }
+    names = {
+        "vllm:spec_decode_num_drafts": "drafts",
+        "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+        "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+    }
+    for metric in metrics:
+        if metric.name in names:
+            out[names[metric.name]] += int(metric.value)
+        elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            values = [int(v) for v in metric.values]
+            prev = out["accepted_per_pos"]
+            out["accepted_per_pos"] = (
+                [a + b for a, b in zip(prev, values, strict=True)] if prev else values
+            )
+    return out
+
+
+def shutdown_offline(llm: Any) -> None:
+    """Stop an offline vllm.LLM's engine-core process now.
+
+    Without this, a process that created an LLM can hang at exit: multiprocessing joins
+    the non-daemon engine-core child, which is still waiting for work.
+    """
+    engine = getattr(llm, "llm_engine", None)
+    core = getattr(engine, "engine_core", None)
+    if core is not None:
+        core.shutdown()

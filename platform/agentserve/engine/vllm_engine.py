@@ -1,0 +1,315 @@
+"""VLLMEngine: the production Engine, vLLM's AsyncLLM behind vLLM's own OpenAI serving layer.
+
+vLLM does the work: AsyncLLM (continuous batching, prefix caching, DFlash speculative
+decoding via speculative_config, abort) and OpenAIServingChat / OpenAIServingCompletion
+(chat template, tool-call parsing, response_format -> structured outputs, sampling
+parameters, context-length checks). This class only adapts their SSE output to Deltas:
+it asks for continuous usage stats so every delta carries cumulative token counts, and
+for token ids, so a request whose replica dies can continue elsewhere from the exact
+tokens (`continuation_body`). A dead AsyncLLM surfaces as EngineDeadError.
+vLLM is imported in start(), so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from argparse import Namespace
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from agentserve.engine.protocol import (
+    Delta,
+    EngineDeadError,
+    EngineError,
+    EngineRequest,
+    EngineRequestError,
+    EngineStats,
+    EngineUnavailableError,
+)
+from agentserve.engine.spec_by_batch import SpecByBatch, vllm_stat_logger
+from agentserve.engine.vllm import engine_kwargs, frontend_kwargs, spec_decode_counters
+from agentserve.spec import ModelSpec
+
+__all__ = ["VLLMEngine", "continuation_body", "deltas_from_sse"]
+
+log = logging.getLogger(__name__)
+_PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-"}
+# sampling parameters a token-id continuation carries over (chat or completion -> completion)
+_CARRIED = (
+    "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
+    "include_stop_str_in_output", "ignore_eos", "min_tokens", "frequency_penalty",
+    "presence_penalty", "repetition_penalty", "length_penalty", "logit_bias",
+    "allowed_token_ids", "bad_words", "skip_special_tokens", "spaces_between_special_tokens",
+    "priority", "cache_salt", "user",
+)  # fmt: skip
+
+
+class VLLMEngine:
+    """Engine over vLLM's AsyncLLM for one ModelSpec (CPU build or CUDA build alike).
+
+    `model_dir` overrides where the weights are (default: resolve_model(spec.source));
+    `overrides` are extra AsyncEngineArgs keywords (e.g. {"seed": 0}).
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        *,
+        model_dir: str | Path | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ):
+        self.spec = model
+        self.model_name = model.name
+        self.max_model_len = model.max_model_len
+        self._model_dir = model_dir
+        self._overrides = dict(overrides or {})
+        self._client: Any = None
+        self._serving: dict[str, Any] = {}
+        self._by_batch = SpecByBatch()  # fed per engine step by a vLLM stat logger
+
+    async def start(self) -> None:
+        """Load the model and start AsyncLLM (minutes on CPU: torch.compile warm-up)."""
+        from starlette.datastructures import State
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+        from vllm.entrypoints.launchers.cli_args import FrontendArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from agentserve.models import resolve_model
+
+        _cpu_defaults()
+        model_dir = self._model_dir or resolve_model(self.spec.source, progress=True)
+        engine_args = AsyncEngineArgs(**engine_kwargs(self.spec, model_dir, **self._overrides))
+        self._client = AsyncLLM.from_engine_args(
+            engine_args, stat_loggers=[vllm_stat_logger(self._by_batch)]
+        )
+        frontend = vars(FrontendArgs()) | frontend_kwargs(self.spec)
+        args = Namespace(**(frontend | vars(engine_args)))
+        state = State()
+        tasks = await self._client.get_supported_tasks()
+        await init_app_state(self._client, state, args, supported_tasks=tasks)
+        self._serving = {
+            "chat": state.openai_serving_chat,
+            "completion": state.openai_serving_completion,
+        }
+
+    @property
+    def async_llm(self) -> Any:
+        """The started AsyncLLM, for callers that bypass the serving layer (the platform
+        overhead benchmark's bare-engine side); raises before start()."""
+        if self._client is None:
+            raise EngineUnavailableError(f"vLLM engine for {self.model_name!r} is not started")
+        return self._client
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
+        """Run through vLLM's serving layer; closing this iterator aborts the request."""
+        kind, body = request.kind, request.body
+        if request.continuation is not None:
+            kind, body = continuation_body(request)
+        serving = self._serving.get(kind)
+        if self._client is None or serving is None:
+            raise EngineUnavailableError(f"vLLM engine for {self.model_name!r} is not started")
+        body = _streaming_body(body, request.request_id)
+        raw = _raw_request({**request.headers, "x-request-id": request.request_id})
+        try:
+            if kind == "chat":
+                result = await serving.create_chat_completion(body, raw)
+            else:
+                result = await serving.create_completion(body, raw)
+            if not hasattr(result, "__aiter__"):
+                raise _error_from_payload(result.model_dump())
+            try:
+                async for delta in deltas_from_sse(kind, result):
+                    yield delta
+            finally:
+                await result.aclose()
+        except Exception as err:
+            if getattr(self._client, "errored", False):  # AsyncLLM's engine core died
+                raise EngineDeadError(f"vLLM engine for {self.model_name!r} died: {err}") from err
+            raise
+
+    async def abort(self, request_id: str) -> None:
+        if self._client is not None:
+            await self._client.abort([p + request_id for p in _PREFIX.values()])
+
+    async def health(self) -> None:
+        if self._client is None:
+            raise EngineUnavailableError("vLLM engine not started")
+        try:
+            await self._client.check_health()
+        except Exception as err:  # vLLM raises EngineDeadError and others
+            raise EngineUnavailableError(f"vLLM engine unhealthy: {err}") from err
+
+    async def stats(self) -> EngineStats:
+        from vllm.v1.metrics.reader import get_metrics_snapshot
+
+        metrics = get_metrics_snapshot()
+        spec = spec_decode_counters(metrics)
+        gauges = {m.name: m.value for m in metrics if hasattr(m, "value")}
+        return EngineStats(
+            running=int(gauges.get("vllm:num_requests_running", 0)),
+            waiting=int(gauges.get("vllm:num_requests_waiting", 0)),
+            spec_drafts=spec["drafts"],
+            spec_draft_tokens=spec["draft_tokens"],
+            spec_accepted_tokens=spec["accepted_tokens"],
+            spec_by_batch=self._by_batch.snapshot(),
+        )
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            self._client.shutdown()
+            self._client = None
+
+
+def _cpu_defaults() -> None:
+    """vLLM CPU settings unless set: KV cache space and thread binding (no-op on GPU)."""
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
+
+
+def _streaming_body(body: Any, request_id: str) -> Any:
+    """A copy of the body that streams with per-chunk usage and token ids (not with echo:
+    vLLM then leaves the echoed text out), under our request id."""
+    from vllm.entrypoints.generate.base.protocol import StreamOptions
+
+    options = StreamOptions(include_usage=True, continuous_usage_stats=True)
+    update: dict[str, Any] = {"stream": True, "stream_options": options}
+    fields = type(body).model_fields
+    if "request_id" in fields:
+        update["request_id"] = request_id
+    if "return_token_ids" in fields and not getattr(body, "echo", False):
+        update["return_token_ids"] = True
+    return body.model_copy(update=update)
+
+
+def continuation_body(request: EngineRequest) -> tuple[str, Any]:
+    """(kind, vLLM body) that continues `request.continuation` (its max_tokens already
+    reduced by the caller).
+
+    With token ids: a completion whose prompt is the original prompt's token ids followed
+    by the delivered output's, the very sequence the dead engine had (exact for greedy;
+    frequency/presence penalties no longer see the delivered tokens), sampling
+    parameters carried over. Without: chat continues its assistant message
+    (continue_final_message), a completion appends the text to its prompt; exact only
+    when re-tokenizing gives the same tokens.
+    """
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    body, c = request.body, request.continuation
+    assert c is not None
+    if c.prompt_token_ids:
+        limit = getattr(body, "max_completion_tokens", None) or body.max_tokens
+        carried = {k: getattr(body, k) for k in _CARRIED if k in body.model_fields_set}
+        prompt = [*c.prompt_token_ids, *c.token_ids]
+        return "completion", CompletionRequest(
+            model=body.model, prompt=prompt, max_tokens=limit, **carried
+        )
+    if request.kind == "chat":
+        messages = [*body.messages, {"role": "assistant", "content": c.text}]
+        update = {"continue_final_message": True, "add_generation_prompt": False}
+        return "chat", body.model_copy(update={"messages": messages, **update})
+    if not isinstance(body.prompt, str):
+        raise EngineRequestError("a token prompt can only be continued from token ids")
+    return "completion", body.model_copy(update={"prompt": body.prompt + c.text})
+
+
+def _raw_request(headers: Mapping[str, str]) -> Any:
+    """A minimal Starlette request carrying pass-through headers (traceparent, request id)."""
+    from starlette.requests import Request
+
+    pairs = [(k.lower().encode(), str(v).encode()) for k, v in headers.items()]
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": pairs, "query_string": b""}
+    return Request(scope)
+
+
+async def deltas_from_sse(kind: str, events: AsyncIterator[str]) -> AsyncIterator[Delta]:
+    """vLLM SSE strings (with continuous usage) -> Deltas; the finish delta comes last and
+    carries the final token counts. An error event raises (4xx -> EngineRequestError).
+    Token ids (return_token_ids) ride on the delta that delivers their text: ids of chunks
+    whose text vLLM held back wait for the next delta; the prompt's ride on the first."""
+    prompt = output = 0
+    finish: Delta | None = None
+    prompt_ids: tuple[int, ...] = ()
+    pending: list[int] = []  # ids whose text is not yielded yet
+    first = True
+    async for event in events:
+        for payload in _payloads(event):
+            if "error" in payload:
+                raise _error_from_payload(payload)
+            usage = payload.get("usage") or {}
+            prompt = max(prompt, usage.get("prompt_tokens") or 0)
+            output = max(output, usage.get("completion_tokens") or 0)
+            prompt_ids = prompt_ids or tuple(payload.get("prompt_token_ids") or ())
+            for choice in payload.get("choices") or []:
+                prompt_ids = prompt_ids or tuple(choice.get("prompt_token_ids") or ())
+                pending += choice.get("token_ids") or ()
+                delta = _choice_delta(kind, choice, prompt, output)
+                if delta.finish_reason is not None:
+                    finish = delta
+                elif delta.text or delta.tool_calls or delta.reasoning:
+                    yield dataclasses.replace(
+                        delta,
+                        token_ids=tuple(pending),
+                        prompt_token_ids=prompt_ids if first else (),
+                    )
+                    pending, first = [], False
+    if finish is None:
+        raise EngineError("vLLM stream ended without a finish reason")
+    yield Delta(
+        finish.text,
+        prompt,
+        output,
+        finish.finish_reason,
+        finish.tool_calls,
+        finish.reasoning,
+        token_ids=tuple(pending),
+        prompt_token_ids=prompt_ids if first else (),
+    )
+
+
+def _payloads(event: str) -> list[dict[str, Any]]:
+    out = []
+    for line in event.splitlines():
+        if line.startswith("data: ") and line[6:].strip() != "[DONE]":
+            out.append(json.loads(line[6:]))
+    return out
+
+
+def _choice_delta(kind: str, choice: dict[str, Any], prompt: int, output: int) -> Delta:
+    if kind == "chat":
+        d = choice.get("delta") or {}
+        return Delta(
+            text=d.get("content") or "",
+            prompt_tokens=prompt,
+            completion_tokens=output,
+            finish_reason=choice.get("finish_reason"),
+            tool_calls=tuple(d.get("tool_calls") or ()),
+            reasoning=d.get("reasoning") or d.get("reasoning_content") or "",
+        )
+    return Delta(choice.get("text") or "", prompt, output, choice.get("finish_reason"))
+
+
+def _error_from_payload(payload: dict[str, Any]) -> EngineError:
+    error = payload.get("error") or {}
+    status = error.get("code") if isinstance(error.get("code"), int) else 500
+    message = error.get("message") or "vLLM error"
+    if 400 <= status < 500:
+        code = "context_length_exceeded" if "context length" in message else None
+        return EngineRequestError(
+            message,
+            status=status,
+            type=error.get("type") or "invalid_request_error",
+            param=error.get("param"),
+            code=code,
+        )
+    if status == 503:
+        return EngineUnavailableError(message)
+    return EngineError(message)

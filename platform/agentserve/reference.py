@@ -1,0 +1,106 @@
+"""`agentserve generate`: run prompts through the DFlash reference loop and report tau."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from typing import Any
+
+import torch
+
+from agentserve.drafters import mask_token_id_for, shipped_drafter
+from agentserve.models import resolve_model
+from dflash.config import DFlashConfig
+from dflash.export import load_drafter
+from dflash.generate import GenerationResult, generate
+from dflash.model import DFlashDrafter
+from dflash.sampling import SamplingParams
+from dflash.target import TargetModel, load_target
+
+__all__ = ["DEFAULT_PROMPTS", "chat_prompt_ids", "load_drafter_choice", "run_reference"]
+
+DEFAULT_PROMPTS = [
+    "Write a Python function that checks whether a number is prime.",
+    "Explain in two sentences why the sky is blue.",
+]
+
+
+def load_drafter_choice(
+    choice: str, model: str, target: TargetModel, tokenizer
+) -> DFlashDrafter | None:
+    """'none' | 'random' | 'auto' | a directory -> a drafter on the target's device/dtype."""
+    if choice == "none":
+        return None
+    if choice == "random":
+        torch.manual_seed(0)
+        cfg = DFlashConfig.for_target(
+            target.config, mask_token_id=mask_token_id_for(model, tokenizer)
+        )
+        return DFlashDrafter(cfg).to(target.dtype).eval()
+    path = shipped_drafter(model) if choice == "auto" else choice
+    if path is None:
+        return None
+    return load_drafter(path, dtype=target.dtype)
+
+
+def chat_prompt_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of one user message under the model's chat template, ready for a reply."""
+    return list(
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False
+        )
+    )
+
+
+def _summary(result: GenerationResult) -> dict[str, Any]:
+    s = result.stats
+    return {
+        "tokens": s.num_tokens,
+        "steps": s.num_steps,
+        "tokens_per_s": round(s.tokens_per_s, 2),
+        "tau": round(s.tau, 3),
+        "acceptance_histogram": dict(sorted(Counter(s.acceptance_lengths).items())),
+        "per_position_acceptance": [round(a, 3) for a in s.per_position_acceptance],
+    }
+
+
+def run_reference(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    params = SamplingParams(args.temperature, args.top_p, args.top_k)
+    model_dir = resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    target = load_target(str(model_dir))
+    drafter = load_drafter_choice(args.drafter, args.model, target, tokenizer)
+    texts = args.prompts or DEFAULT_PROMPTS
+    prompts = [chat_prompt_ids(tokenizer, t) for t in texts]
+    run = dict(params=params, stop_token_ids=[tokenizer.eos_token_id], seed=args.seed)
+    result = generate(
+        target,
+        prompts,
+        args.max_new_tokens,
+        drafter=drafter,
+        num_draft_tokens=args.num_draft_tokens,
+        **run,
+    )
+    report: dict[str, Any] = {
+        "drafter": "none" if drafter is None else args.drafter,
+        "outputs": [tokenizer.decode(t, skip_special_tokens=True) for t in result.tokens],
+        **_summary(result),
+    }
+    if args.compare and drafter is not None:
+        plain = generate(target, prompts, args.max_new_tokens, **run)
+        report["plain_tokens_per_s"] = round(plain.stats.tokens_per_s, 2)
+        report["speedup"] = round(
+            result.stats.tokens_per_s / max(plain.stats.tokens_per_s, 1e-9), 3
+        )
+        report["outputs_identical"] = plain.tokens == result.tokens
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for text, out in zip(texts, report.pop("outputs"), strict=True):
+        print(f">>> {text}\n{out}\n")
+    for key, value in report.items():
+        print(f"{key}: {value}")
+    return 0

@@ -1,0 +1,172 @@
+"""OpenAI Agents SDK traces -> OTel GenAI spans (a TracingProcessor).
+
+Mapping (Agents SDK span data -> OTel span):
+  trace (workflow)         -> `{workflow name}` root, gen_ai.conversation.id = group_id
+  AgentSpanData            -> `invoke_agent {name}`
+  FunctionSpanData         -> `execute_tool {name}` (an agent used as a tool nests its run)
+  GenerationSpanData /
+  ResponseSpanData         -> `chat {model}` with request model, usage and finish reasons
+  HandoffSpanData          -> `handoff {to_agent}`
+  Guardrail/Custom/MCP     -> `{type} {name}`; task and turn spans are folded into their parent
+Parents follow the Agents SDK's parent ids, so sub-agents, tools and model calls form one
+tree; `current_otel_span` gives transport.py the span of the model call in flight.
+Errors on an Agents span set the OTel status to ERROR with the message (the run goes on).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from agents.tracing import TracingProcessor, get_current_span
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from agentserve import tracing as t
+from agentserve.sdk.context import current_conversation_id
+
+__all__ = ["GenAITraceProcessor"]
+
+_FOLDED = ("task", "turn")
+_CHAT = ("generation", "response")
+
+
+class GenAITraceProcessor(TracingProcessor):
+    """Maps Agents SDK traces and spans onto OTel spans made by `tracer` (thread-safe)."""
+
+    def __init__(self, tracer: Tracer, default_model: str | None = None):
+        self.tracer = tracer
+        self.default_model = default_model
+        self._lock = threading.Lock()
+        self._spans: dict[str, Span] = {}  # Agents trace/span id -> OTel span
+        self._conversation: dict[str, str] = {}  # Agents trace id -> group id
+
+    # -- traces ----------------------------------------------------------------------------------
+    def on_trace_start(self, trace_: Any) -> None:
+        attributes = {t.PROVIDER: t.PROVIDER_NAME}
+        group = getattr(trace_, "group_id", None)
+        if group:
+            attributes[t.CONVERSATION_ID] = group
+        # no explicit parent: under a user's current OTel span if there is one, else a root
+        span = self.tracer.start_span(trace_.name, attributes=attributes)
+        with self._lock:
+            self._spans[trace_.trace_id] = span
+            if group:
+                self._conversation[trace_.trace_id] = group
+
+    def on_trace_end(self, trace_: Any) -> None:
+        with self._lock:
+            span = self._spans.pop(trace_.trace_id, None)
+            self._conversation.pop(trace_.trace_id, None)
+        if span is not None:
+            span.end()
+
+    # -- spans -----------------------------------------------------------------------------------
+    def on_span_start(self, span: Any) -> None:
+        data = span.span_data
+        parent = self._parent(span)
+        if data.type in _FOLDED:
+            with self._lock:  # children of a folded span hang off its parent
+                if parent is not None:
+                    self._spans[span.span_id] = parent
+            return
+        name, kind, attributes = self._describe_start(data)
+        conversation = self._conversation.get(span.trace_id) or current_conversation_id()
+        if conversation:
+            attributes[t.CONVERSATION_ID] = conversation
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        otel = self.tracer.start_span(name, context=context, kind=kind, attributes=attributes)
+        with self._lock:
+            self._spans[span.span_id] = otel
+
+    def on_span_end(self, span: Any) -> None:
+        data = span.span_data
+        with self._lock:
+            otel = self._spans.pop(span.span_id, None)
+        if otel is None or data.type in _FOLDED:
+            return
+        _record_end(otel, data)
+        error = span.error
+        if error:
+            otel.set_status(Status(StatusCode.ERROR, str(error.get("message", "error"))))
+            otel.set_attribute("error.type", str(error.get("message", "error"))[:120])
+        otel.end()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            spans, self._spans = list(self._spans.values()), {}
+        for span in spans:
+            if span.is_recording():
+                span.end()
+
+    def force_flush(self) -> None:
+        """Nothing buffered here; the OTel provider's processors flush themselves."""
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def current_otel_span(self) -> Span | None:
+        """The OTel span of the Agents SDK span current in this context (or None)."""
+        current = get_current_span()
+        if current is None:
+            return None
+        with self._lock:
+            return self._spans.get(current.span_id)
+
+    def _parent(self, span: Any) -> Span | None:
+        with self._lock:
+            if span.parent_id and span.parent_id in self._spans:
+                return self._spans[span.parent_id]
+            return self._spans.get(span.trace_id)
+
+    def _describe_start(self, data: Any) -> tuple[str, SpanKind, dict[str, Any]]:
+        """(span name, kind, attributes) for an Agents span data at its start."""
+        kind = data.type
+        if kind == "agent":
+            attrs = {t.OPERATION: "invoke_agent", t.AGENT_NAME: data.name}
+            return f"invoke_agent {data.name}", SpanKind.INTERNAL, attrs
+        if kind == "function":
+            attrs = {t.OPERATION: "execute_tool", t.TOOL_NAME: data.name}
+            return f"execute_tool {data.name}", SpanKind.INTERNAL, attrs
+        if kind in _CHAT:
+            model = _model_of(data) or self.default_model or "unknown"
+            attrs = {t.OPERATION: "chat", t.REQUEST_MODEL: model, t.PROVIDER: t.PROVIDER_NAME}
+            return f"chat {model}", SpanKind.CLIENT, attrs
+        if kind == "handoff":
+            attrs = {"agentserve.handoff.from": data.from_agent or ""}
+            return f"handoff {data.to_agent}", SpanKind.INTERNAL, attrs
+        label = getattr(data, "name", None) or getattr(data, "server", None) or ""
+        return f"{kind} {label}".strip(), SpanKind.INTERNAL, {}
+
+
+def _model_of(data: Any) -> str | None:
+    model = getattr(data, "model", None)
+    if model:
+        return str(model)
+    response = getattr(data, "response", None)
+    return str(getattr(response, "model", "") or "") or None
+
+
+def _record_end(otel: Span, data: Any) -> None:
+    """Attributes known only at the end: usage and finish reasons (chat), output (tool)."""
+    if not otel.is_recording():
+        return
+    if data.type == "generation":
+        usage = data.usage or {}
+        if "input_tokens" in usage:
+            otel.set_attribute(t.INPUT_TOKENS, int(usage["input_tokens"] or 0))
+            otel.set_attribute(t.OUTPUT_TOKENS, int(usage.get("output_tokens") or 0))
+        if data.output is not None and t.FINISH_REASONS not in (
+            getattr(otel, "attributes", None) or {}
+        ):
+            reasons = ["tool_calls" if _has_tool_calls(data.output) else "stop"]
+            otel.set_attribute(t.FINISH_REASONS, reasons)
+    elif data.type == "response" and getattr(data, "response", None) is not None:
+        usage = getattr(data.response, "usage", None)
+        if usage is not None:
+            otel.set_attribute(t.INPUT_TOKENS, int(getattr(usage, "input_tokens", 0) or 0))
+            otel.set_attribute(t.OUTPUT_TOKENS, int(getattr(usage, "output_tokens", 0) or 0))
+    elif data.type == "function" and data.output is not None:
+        otel.set_attribute("gen_ai.tool.call.result", str(data.output)[:2000])
+
+
+def _has_tool_calls(output: Any) -> bool:
+    return any(isinstance(m, dict) and m.get("tool_calls") for m in output or [])

@@ -1,0 +1,1 @@
+"""Serving: the FastAPI ingress app (testable without Ray), model replicas, Ray Serve app."""

@@ -1,0 +1,241 @@
+"""build_app(spec) -> Ray Serve application: one FastAPI ingress + one deployment per model.
+
+The ingress deployment hosts serve/ingress.create_app with a HandleBackend per model, so
+all HTTP logic is the same code the unit tests run without Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ray import serve
+from ray.exceptions import RayActorError, RayTaskError
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+from ray.serve.handle import DeploymentHandle
+
+from agentserve.autoscale.model import LatencyModel
+from agentserve.autoscale.ray_policy import ray_autoscaling_config
+from agentserve.engine.protocol import (
+    Delta,
+    EngineDeadError,
+    EngineError,
+    EngineRequest,
+    EngineStats,
+    EngineUnavailableError,
+)
+from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
+from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, ModelSpec
+
+__all__ = [
+    "HandleBackend",
+    "build_app",
+    "build_app_from_args",
+    "deployment_options",
+    "ingress_options",
+]
+
+INGRESS_NAME = "ingress"
+INGRESS_SPARE_REQUESTS = 64  # over the models' capacity: refusals, health, metrics
+READY_CACHE_S = 1.0
+log = logging.getLogger(__name__)
+
+
+class HandleBackend:
+    """ModelBackend over a Ray Serve handle to a ModelReplica deployment.
+
+    Ray errors become engine errors: back-pressure and missing replicas -> EngineUnavailable
+    (503); a replica actor that died or became unreachable -> EngineDead (the ingress
+    continues the request elsewhere); an EngineError raised in the replica is re-raised.
+    """
+
+    def __init__(self, handle: DeploymentHandle):
+        self.handle = handle
+        self._ready: tuple[float, int | None] | None = None  # (monotonic time, count)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
+        responses, finished = None, False
+        try:  # remote() itself raises BackPressureError when the handle's queue is full
+            responses = self.handle.options(stream=True).generate.remote(request)
+            async for delta in responses:
+                yield delta
+            finished = True
+        except (BackPressureError, DeploymentUnavailableError) as err:
+            raise EngineUnavailableError(str(err)) from None
+        except RayActorError as err:
+            raise _replica_died(self.handle, err) from None
+        except RayTaskError as err:
+            if isinstance(getattr(err, "cause", None), RayActorError):
+                raise _replica_died(self.handle, err.cause) from None
+            raise _engine_cause(err) from None
+        finally:
+            if not finished and responses is not None:
+                # cancel() re-raises an assignment failure (e.g. BackPressureError): the
+                # error above is the one to report
+                with contextlib.suppress(Exception):
+                    responses.cancel()
+
+    async def stats(self) -> EngineStats:
+        return await self.handle.stats.remote()
+
+    async def health(self) -> None:
+        try:
+            await self.handle.health.remote()
+        except RayTaskError as err:
+            raise _engine_cause(err) from None
+
+    async def ready_replicas(self) -> int | None:
+        """RUNNING replicas per Serve's controller, refreshed at most every
+        READY_CACHE_S; None when the controller cannot say."""
+        now = time.monotonic()
+        if self._ready is None or now - self._ready[0] >= READY_CACHE_S:
+            app, name = self.handle.app_name, self.handle.deployment_name
+            self._ready = (now, await asyncio.to_thread(_running_replicas, app, name))
+        return self._ready[1]
+
+
+def _running_replicas(app: str, deployment: str) -> int | None:
+    """RUNNING replicas of one deployment (a blocking call to the Serve controller)."""
+    from agentserve.serve.status import current_status
+
+    try:
+        status = current_status()
+        states = status["applications"][app]["deployments"][deployment]["replicas"]
+    except Exception:  # unknown is not "cold": the ingress then waits without a bound
+        log.warning("replica count of %s/%s unavailable", app, deployment, exc_info=True)
+        return None
+    return int(states.get("RUNNING", 0))
+
+
+def _engine_cause(err: RayTaskError) -> Exception:
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, EngineError) else err
+
+
+def _replica_died(handle: DeploymentHandle, err: RayActorError) -> EngineDeadError:
+    """EngineDeadError for a dead replica actor; Ray's details (pid, ip) only in the log."""
+    log.warning("a replica of %s died mid-request: %s", handle.deployment_name, err)
+    return EngineDeadError(f"a replica of {handle.deployment_name} died during the request")
+
+
+@serve.ingress()
+class Ingress:
+    """Ingress deployment: builds the FastAPI app at replica start, with handles to models."""
+
+    def __init__(self, spec: DeploymentSpec, models: dict[str, DeploymentHandle]):
+        self.spec = spec
+        self.models = models
+
+    def __serve_build_asgi_app__(self) -> Any:
+        from agentserve.serve.ingress import create_app
+        from agentserve.serve.status import add_status_route
+        from agentserve.tracing import make_tracer
+
+        tracer = make_tracer(self.spec.tracing, os.environ, "ingress")
+        backends = {n: HandleBackend(h) for n, h in self.models.items()}
+        app = create_app(self.spec, backends, tracer=tracer)
+        add_status_route(app)  # GET /status: Serve deployments and replicas
+        return app
+
+
+def deployment_name(model: str) -> str:
+    """Serve deployment name for a model id (slashes and colons are not allowed)."""
+    return "model-" + re.sub(r"[^A-Za-z0-9._-]", "-", model)
+
+
+def deployment_options(model: ModelSpec, spec: DeploymentSpec) -> dict[str, Any]:
+    """Ray Serve options for one model's deployment, from the spec (pure)."""
+    replicas = model.replicas
+    options: dict[str, Any] = {
+        "name": deployment_name(model.name),
+        "ray_actor_options": {"num_cpus": replicas.num_cpus, "num_gpus": replicas.num_gpus},
+        # the engine batches up to max_num_seqs; a few more wait inside it, the rest at
+        # the router, bounded by max_queue_len (then BackPressureError -> 503)
+        "max_ongoing_requests": 2 * model.max_num_seqs,
+        "max_queued_requests": spec.server.max_queue_len,
+        # a stuck engine fails check_health and is replaced; a stopping replica drains
+        "health_check_period_s": replicas.health_check_period_s,
+        "health_check_timeout_s": replicas.health_check_timeout_s,
+        "graceful_shutdown_timeout_s": replicas.graceful_shutdown_timeout_s,
+        "graceful_shutdown_wait_loop_s": replicas.graceful_shutdown_wait_loop_s,
+    }
+    if replicas.min_replicas == replicas.max_replicas:
+        options["num_replicas"] = replicas.max_replicas
+    else:
+        options["autoscaling_config"] = ray_autoscaling_config(
+            spec,
+            model.name,
+            latency_model=latency_model_for(model),
+            replica_start_s=expected_start_s(model),
+        )
+    return options
+
+
+def latency_model_for(model: ModelSpec) -> LatencyModel | None:
+    """The latency model the SLA policy plans with: the one measured on the bundled model
+    with vLLM on CPU (LatencyModel()); None (reactive SLA loop only) for anything else
+    until a model is fitted for it (autoscale/model.py `fit`)."""
+    measured = model.engine == "vllm" and model.source == BUNDLED_MODEL
+    return LatencyModel() if measured and model.replicas.num_gpus == 0 else None
+
+
+def expected_start_s(model: ModelSpec) -> float:
+    """Expected replica start (the policy's warming credit): vLLM on CPU compiles for
+    80-140 s, on GPU about a minute; the fake engine starts at once."""
+    if model.engine == "fake":
+        return 5.0
+    return 120.0 if model.replicas.num_gpus == 0 else 60.0
+
+
+def build_app(
+    spec: DeploymentSpec, engine_factory: EngineFactory = default_engine_factory
+) -> serve.Application:
+    """The Serve application for `spec`; run it with serve.run(app, route_prefix="/").
+    Model deployments with min_replicas < max_replicas autoscale with
+    spec.autoscaling.policy: "sla" (our policy, fed by the replicas' autoscaling stats) or
+    "ray_default" (Ray's target_ongoing_requests)."""
+    look_back_s = spec.autoscaling.look_back_period_s
+    models = {
+        m.name: serve.deployment(ModelReplica)
+        .options(**deployment_options(m, spec))
+        .bind(m, engine_factory, tracing=spec.tracing, window_s=look_back_s)
+        for m in spec.models
+    }
+    ingress = serve.deployment(Ingress).options(**ingress_options(spec))
+    return ingress.bind(spec, models)
+
+
+def ingress_options(spec: DeploymentSpec) -> dict[str, Any]:
+    """Ray Serve options of the ingress deployment (pure). It takes every request the
+    models can hold or queue, plus spare for refusals and /health or /metrics: admission
+    (503 + Retry-After beyond the queue) is the ingress's own, so Serve must not queue
+    requests in front of it (its default, 5 at a time, throttled all streams to 5). It
+    drains as long as the models do, since its streams wait on theirs."""
+    capacity = sum(
+        m.max_num_seqs * m.replicas.max_replicas + spec.server.max_queue_len for m in spec.models
+    )
+    return {
+        "name": INGRESS_NAME,
+        "ray_actor_options": {"num_cpus": 0},
+        "num_replicas": 1,
+        "max_ongoing_requests": capacity + INGRESS_SPARE_REQUESTS,
+        "graceful_shutdown_timeout_s": max(
+            m.replicas.graceful_shutdown_timeout_s for m in spec.models
+        ),
+    }
+
+
+def build_app_from_args(args: dict[str, Any]) -> serve.Application:
+    """Ray Serve app builder for `serve run` / KubeRay serveConfigV2 (import_path
+    `agentserve.serve.app:build_app_from_args`): args = {"spec": DeploymentSpec as a dict}."""
+    from agentserve.spec import spec_from_dict
+
+    if "spec" not in args:
+        raise ValueError('serve application args need a "spec" entry (the DeploymentSpec)')
+    return build_app(spec_from_dict(args["spec"]))

@@ -1,0 +1,409 @@
+"""The OpenAI-compatible ingress as a plain FastAPI app: auth -> tenant, quotas, admission,
+trace and session headers, streaming, metrics. Ray-free; serve/app.py hosts it in Ray Serve.
+
+Request path: resolve tenant (401) -> parse body (400) -> find model (404) -> admit
+(503 model queue full, 429 tenant limit) -> backend.generate (through serve/migrate.py: a
+request whose replica dies continues on another) -> first delta (engine 4xx
+surface here as JSON errors; with no ready replica it is awaited at most
+cold_start_hold_timeout_s, then 503 + Retry-After) -> JSON or SSE. Every exit records
+metrics once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from opentelemetry.trace import NoOpTracer, Span, Tracer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agentserve.api.auth import Tenant, TenantResolver
+from agentserve.api.body import read_json_body
+from agentserve.api.errors import APIError, ModelNotFoundError, OverloadedError
+from agentserve.api.openai import ResponseBuilder, parse_request
+from agentserve.api.quota import Lease, RateLimiter
+from agentserve.api.sse import DONE, sse_event
+from agentserve.engine.protocol import (
+    Delta,
+    EngineError,
+    EngineRequest,
+    EngineRequestError,
+    EngineUnavailableError,
+    RequestKind,
+)
+from agentserve.serve import spans
+from agentserve.serve.admin import AdminGate, admin_lifespan
+from agentserve.serve.backend import ModelBackend
+from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, sla_objectives
+from agentserve.serve.migrate import migrating
+from agentserve.spec import DeploymentSpec
+
+__all__ = ["SESSION_HEADER", "create_app"]
+
+log = logging.getLogger(__name__)
+SESSION_HEADER = "x-session-id"
+STATS_TIMEOUT_S = 2.0
+COLD_START_RETRY_AFTER_S = 10.0
+
+
+@dataclass
+class _Call:
+    """One admitted request's timing and token bookkeeping; `close` runs exactly once."""
+
+    model: str
+    tenant: str
+    start: float
+    lease: Lease
+    first: float | None = None
+    last: float | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    finish_reason: str | None = None
+    span: Span | None = None
+    closed: bool = field(default=False)
+
+    def see(self, delta: Delta, now: float) -> None:
+        if self.first is None and (delta.text or delta.tool_calls or delta.finish_reason):
+            self.first = now
+        self.last = now
+        self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
+        self.output_tokens = max(self.output_tokens, delta.completion_tokens)
+        self.finish_reason = delta.finish_reason or self.finish_reason
+
+
+class _Ingress:
+    """Holds the injected parts; its methods are the route bodies."""
+
+    def __init__(
+        self,
+        spec: DeploymentSpec,
+        backends: Mapping[str, ModelBackend],
+        clock: Callable[[], float],
+        tracer: Tracer,
+    ):
+        self.spec, self.backends, self.clock = spec, dict(backends), clock
+        self.tracer = tracer
+        self.tenants = TenantResolver(spec)
+        self.limiter = RateLimiter(clock)
+        self.metrics = ServingMetrics(sla_objectives(spec))
+        self.in_flight = dict.fromkeys(self.backends, 0)
+        self.capacity = {
+            m.name: m.max_num_seqs * m.replicas.max_replicas + spec.server.max_queue_len
+            for m in spec.models
+        }
+        self.max_model_len = {m.name: m.max_model_len for m in spec.models}
+
+    # -- admission ---------------------------------------------------------------------
+    def admit(self, model: str, tenant: Tenant) -> _Call:
+        if model not in self.backends:
+            raise ModelNotFoundError(model, sorted(self.backends))
+        if self.in_flight[model] >= self.capacity.get(model, self.spec.server.max_queue_len):
+            raise OverloadedError(
+                f"model {model!r} has {self.in_flight[model]} requests queued or running; "
+                "retry later"
+            )
+        lease = self.limiter.admit(tenant)
+        self.in_flight[model] += 1
+        self.metrics.in_flight.labels(model).inc()
+        self.metrics.queued.labels(model).inc()
+        return _Call(model, tenant.name, self.clock(), lease)
+
+    def close(self, call: _Call, status: int) -> None:
+        if call.closed:
+            return
+        call.closed = True
+        if call.first is None:
+            self.metrics.queued.labels(call.model).dec()
+        self.in_flight[call.model] -= 1
+        self.metrics.in_flight.labels(call.model).dec()
+        call.lease.finish(call.prompt_tokens + call.output_tokens)
+        self.metrics.observe_request(
+            call.model,
+            call.tenant,
+            ttft_s=None if call.first is None else call.first - call.start,
+            decode_s=None if call.first is None else call.last - call.first,
+            prompt_tokens=call.prompt_tokens,
+            output_tokens=call.output_tokens,
+            status=status,
+        )
+        if call.span is not None:
+            spans.end_ingress(
+                call.span,
+                status,
+                model=call.model,
+                tenant=call.tenant,
+                ttft_s=None if call.first is None else call.first - call.start,
+                prompt_tokens=call.prompt_tokens,
+                output_tokens=call.output_tokens,
+                finish_reason=call.finish_reason,
+            )
+
+    def see(self, call: _Call, delta: Delta) -> None:
+        had_first = call.first is not None
+        call.see(delta, self.clock())
+        if not had_first and call.first is not None:
+            self.metrics.queued.labels(call.model).dec()
+
+    # -- generation --------------------------------------------------------------------
+    async def complete(self, kind: RequestKind, request: Request) -> Response:
+        span = spans.start_ingress(self.tracer, kind, request.headers)
+        try:
+            tenant = self.tenants.resolve(request.headers.get("authorization"))
+            raw = await read_json_body(request, self.spec.server.max_request_body_bytes)
+            body = parse_request(kind, raw, self.max_model_len)
+            call = self.admit(body.model, tenant)
+        except APIError as err:  # rejected before admission: 400/401/404/429/503
+            spans.end_ingress(span, err.status)
+            raise
+        call.span = span
+        status = 500
+        try:
+            engine_request = self._engine_request(kind, body, request, tenant, span)
+            stream = migrating(  # continues on another replica when this one dies
+                self.backends[body.model].generate,
+                engine_request,
+                self.spec.server.max_migrations,
+                on_migrate=lambda _: self.metrics.migrations.labels(body.model).inc(),
+            )
+            first = await self._first_or_hold(body.model, stream)
+            self.see(call, first)
+            builder = ResponseBuilder(
+                kind, engine_request.request_id, body.model, _include_usage(body)
+            )
+            headers = {"x-request-id": request.headers.get("x-request-id", builder.id)}
+            if body.stream:
+                status = 200
+                events = self._sse(call, builder, first, stream)
+                return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+            deltas = [first]
+            async for delta in stream:
+                self.see(call, delta)
+                deltas.append(delta)
+            status = 200
+            return JSONResponse(builder.final(deltas), headers=headers)
+        except APIError as err:
+            status = err.status
+            raise
+        except EngineRequestError as err:
+            status = err.status
+            raise
+        except EngineUnavailableError:
+            status = 503
+            raise
+        finally:
+            if not (status == 200 and body.stream):
+                self.close(call, status)
+
+    async def _first_or_hold(self, model: str, stream: AsyncIterator[Delta]) -> Delta:
+        """The first delta. While the model has no ready replica (scaled to zero or
+        starting), the request is held (it waits in Serve's router, which is also what
+        triggers the scale-up) for at most cold_start_hold_timeout_s, then refused with
+        503 and Retry-After."""
+        ready = await self.backends[model].ready_replicas()
+        if ready is None or ready > 0:
+            return await _first_delta(stream)
+        hold_s = self.spec.autoscaling.cold_start_hold_timeout_s
+        try:
+            return await asyncio.wait_for(_first_delta(stream), hold_s)
+        except TimeoutError:
+            raise OverloadedError(
+                f"model {model!r} is starting (no ready replica) and did not answer within "
+                f"{hold_s:g} s; retry later",
+                retry_after_s=COLD_START_RETRY_AFTER_S,
+            ) from None
+
+    async def _sse(
+        self, call: _Call, builder: ResponseBuilder, first: Delta, stream: AsyncIterator[Delta]
+    ) -> AsyncIterator[bytes]:
+        """SSE bytes: role chunk, one chunk per delta, usage chunk, [DONE]; closes `call`."""
+        status = 200
+        try:
+            opening = builder.first_chunk()
+            if opening is not None:
+                yield sse_event(opening)
+            yield sse_event(builder.chunk(first))
+            async for delta in stream:
+                self.see(call, delta)
+                yield sse_event(builder.chunk(delta))
+            if builder.include_usage:
+                yield sse_event(builder.usage_chunk(call.prompt_tokens, call.output_tokens))
+            yield DONE
+        except EngineError as err:  # after the 200 header: report in-band, OpenAI style
+            status = getattr(err, "status", 503 if isinstance(err, EngineUnavailableError) else 500)
+            yield sse_event(_error_body(err))
+        finally:
+            await _aclose(stream)
+            self.close(call, status)
+
+    def _engine_request(
+        self, kind: RequestKind, body, request: Request, tenant: Tenant, span: Span
+    ) -> EngineRequest:
+        headers = spans.trace_headers(span, request.headers)
+        for name in (SESSION_HEADER, "x-request-id"):
+            if name in request.headers:
+                headers[name] = request.headers[name]
+        headers["x-agentserve-tenant"] = tenant.name
+        return EngineRequest(uuid.uuid4().hex, kind, body, headers)
+
+    # -- other endpoints ---------------------------------------------------------------
+    def models(self, request: Request) -> dict:
+        from vllm.entrypoints.serve.engine.protocol import ModelCard, ModelList
+
+        self.tenants.resolve(request.headers.get("authorization"))
+        cards = [
+            ModelCard(id=name, owned_by="agentserve", max_model_len=self.max_model_len.get(name))
+            for name in self.backends
+        ]
+        return ModelList(data=cards).model_dump(mode="json", exclude_none=True)
+
+    async def health(self) -> JSONResponse:
+        states: dict[str, str] = {}
+        for name, backend in self.backends.items():
+            try:
+                await backend.health()
+                states[name] = "ok"
+            except Exception as err:  # any failure means "not ready"; report, don't raise
+                states[name] = f"unavailable: {err}"
+        ok = all(s == "ok" for s in states.values())
+        return JSONResponse(
+            {"status": "ok" if ok else "unavailable", "models": states},
+            status_code=200 if ok else 503,
+        )
+
+    async def metrics_text(self) -> Response:
+        for name, backend in self.backends.items():
+            try:
+                stats = await asyncio.wait_for(backend.stats(), STATS_TIMEOUT_S)
+            except Exception:  # a slow or dead replica must not break scraping
+                log.warning("engine stats for %s unavailable", name, exc_info=True)
+                continue
+            self.metrics.set_engine_stats(name, stats)
+            with contextlib.suppress(Exception):  # replica count is best effort
+                ready = await asyncio.wait_for(backend.ready_replicas(), STATS_TIMEOUT_S)
+                if ready is not None:
+                    self.metrics.replicas.labels(name).set(ready)
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
+
+async def _first_delta(stream: AsyncIterator[Delta]) -> Delta:
+    try:
+        return await anext(stream)
+    except StopAsyncIteration:
+        raise EngineUnavailableError("the engine ended the request without output") from None
+    except BaseException:
+        await _aclose(stream)
+        raise
+
+
+async def _aclose(stream: AsyncIterator[Delta]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def _include_usage(body) -> bool:
+    return bool(body.stream and body.stream_options and body.stream_options.include_usage)
+
+
+def _error_body(err: Exception) -> dict:
+    if isinstance(err, APIError):
+        return err.body()
+    if isinstance(err, EngineRequestError):
+        return {
+            "error": {
+                "message": err.message,
+                "type": err.type,
+                "param": err.param,
+                "code": err.code,
+            }
+        }
+    if isinstance(err, EngineUnavailableError):
+        return OverloadedError(str(err) or "the model is unavailable").body()
+    return {
+        "error": {
+            "message": "internal server error",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, err: APIError) -> JSONResponse:
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+    @app.exception_handler(EngineRequestError)
+    async def _engine_request_error(_: Request, err: EngineRequestError) -> JSONResponse:
+        return JSONResponse(_error_body(err), status_code=err.status)
+
+    @app.exception_handler(EngineUnavailableError)
+    async def _unavailable(_: Request, err: EngineUnavailableError) -> JSONResponse:
+        return JSONResponse(_error_body(err), status_code=503, headers={"Retry-After": "1"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        body = {
+            "error": {
+                "message": str(err.detail),
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        }
+        return JSONResponse(body, status_code=err.status_code)
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, err: Exception) -> JSONResponse:
+        log.exception("unhandled error in request", exc_info=err)
+        return JSONResponse(_error_body(err), status_code=500)
+
+
+def create_app(
+    spec: DeploymentSpec,
+    backends: Mapping[str, ModelBackend],
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    tracer: Tracer | None = None,
+) -> FastAPI:
+    """The ingress ASGI app for `spec`, serving the models in `backends` (name -> backend).
+
+    Backends are injected: LocalBackend(engine) in tests, Ray handles in serve/app.py.
+    `tracer` records the ingress span of each request (None: no spans; the caller's trace
+    headers are still passed on).
+    """
+    ingress = _Ingress(spec, backends, clock, tracer or NoOpTracer())
+    app = FastAPI(title="agentserve", docs_url=None, redoc_url=None, lifespan=admin_lifespan(spec))
+    app.add_middleware(AdminGate, metrics_port=spec.server.metrics_port)  # serve/admin.py
+    app.state.ingress = ingress
+    _install_error_handlers(app)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await ingress.complete("chat", request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await ingress.complete("completion", request)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict:
+        return ingress.models(request)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return await ingress.health()
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return await ingress.metrics_text()
+
+    return app

@@ -1,0 +1,154 @@
+"""Run a DeploymentSpec on a fresh local Ray cluster: start, read readiness, stop.
+
+The caller drives the loop (and prints); `readiness` and `describe_progress` are pure
+functions of the dict `current_app_state` returns, so the CLI's decisions are testable.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentserve.serve.replica import EngineFactory, default_engine_factory
+from agentserve.spec import DeploymentSpec
+
+__all__ = [
+    "APP_NAME",
+    "Readiness",
+    "current_app_state",
+    "describe_progress",
+    "readiness",
+    "start_local",
+    "stop_local",
+]
+
+APP_NAME = "agentserve"
+_QUIET_LOGGERS = ("ray", "ray.serve", "ray.data", "ray.train")
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Where a deployment stands: starting, ready (every deployment HEALTHY) or failed."""
+
+    phase: Literal["starting", "ready", "failed"]
+    detail: str = ""
+
+
+def ray_num_cpus(spec: DeploymentSpec, cpu_count: int | None = None) -> int:
+    """CPUs to give the local Ray node: the machine's, or more if the initial replicas
+    ask for more (a laptop oversubscribes rather than waiting forever for a core)."""
+    wanted = sum(m.replicas.num_cpus * _initial_replicas(m.replicas) for m in spec.models)
+    return max(cpu_count or os.cpu_count() or 1, math.ceil(wanted))
+
+
+def _initial_replicas(replicas: Any) -> int:
+    if replicas.initial_replicas is not None:
+        return replicas.initial_replicas
+    return max(1, replicas.min_replicas)
+
+
+def quiet_ray_logging(level: int = logging.ERROR) -> None:
+    """Keep Ray's and Serve's driver-side log lines below `level` off the terminal."""
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+
+
+def start_local(
+    spec: DeploymentSpec,
+    *,
+    engine_factory: EngineFactory = default_engine_factory,
+    verbose: bool = False,
+) -> None:
+    """Start a new local Ray cluster and Serve, and submit the app without waiting for it.
+
+    Raises whatever Ray raises when it cannot start. `verbose` streams replica logs (vLLM
+    included) to this process's stderr/stdout; otherwise they stay in Ray's log files.
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    from ray import serve
+
+    level = logging.INFO if verbose else logging.ERROR
+    quiet_ray_logging(level)
+    ray.init(
+        address="local",  # always a fresh cluster, never someone else's
+        num_cpus=ray_num_cpus(spec),
+        include_dashboard=False,
+        log_to_driver=verbose,
+        logging_level=level,
+    )
+    quiet_ray_logging(level)
+    server = spec.server
+    serve.start(
+        http_options={
+            "host": server.host,
+            "port": server.port,
+            "request_timeout_s": server.request_timeout_s,
+        },
+        logging_config={"log_level": "INFO" if verbose else "WARNING"},
+    )
+    from agentserve.serve.app import build_app
+
+    # run_many (not run) because it can return before the replicas are up: the caller
+    # polls current_app_state() and shows progress while engines start.
+    target = serve.RunTarget(build_app(spec, engine_factory), name=APP_NAME, route_prefix="/")
+    serve.run_many(
+        [target], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False
+    )
+
+
+def current_app_state() -> dict[str, Any] | None:
+    """The app's entry of serve/status.status_dict, or None before the controller knows it."""
+    from agentserve.serve.status import current_status
+
+    return current_status()["applications"].get(APP_NAME)
+
+
+def stop_local() -> None:
+    """Shut down Serve, then the local Ray cluster; safe to call when either is down."""
+    import ray
+    from ray import serve
+
+    if ray.is_initialized():
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+
+
+def readiness(app: dict[str, Any] | None) -> Readiness:
+    """Pure: "ready" when the app is RUNNING with every deployment HEALTHY; "failed" when
+    it is DEPLOY_FAILED or UNHEALTHY (detail = the deployments' messages); else "starting"."""
+    if app is None:
+        return Readiness("starting", "submitting the application")
+    deployments = app.get("deployments", {})
+    if app["status"] in ("DEPLOY_FAILED", "UNHEALTHY"):
+        messages = [
+            f"{name}: {d['message']}"
+            for name, d in deployments.items()
+            if d["status"] != "HEALTHY" and d["message"]
+        ]
+        return Readiness("failed", "\n".join(messages) or app.get("message") or app["status"])
+    if app["status"] == "RUNNING" and all(d["status"] == "HEALTHY" for d in deployments.values()):
+        return Readiness("ready")
+    return Readiness("starting", app["status"])
+
+
+def describe_progress(app: dict[str, Any] | None, model_deployments: dict[str, str]) -> str:
+    """Pure: one line saying what is starting, e.g. "model smollm2: replica STARTING".
+
+    `model_deployments` maps deployment name -> model name (the others are shown by name).
+    """
+    if app is None:
+        return "submitting the application to Ray Serve"
+    waiting = []
+    for name, dep in sorted(app.get("deployments", {}).items()):
+        if dep["status"] == "HEALTHY":
+            continue
+        what = f"model {model_deployments[name]}" if name in model_deployments else name
+        states = ", ".join(f"{n} {s}" for s, n in sorted(dep["replicas"].items())) or "pending"
+        waiting.append(f"{what}: replicas {states}")
+    return "; ".join(waiting) or "all deployments healthy; waiting for HTTP"

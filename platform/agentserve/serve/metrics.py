@@ -1,0 +1,215 @@
+"""Prometheus metrics of one ingress: per model+tenant latency and tokens, per model queue
+and speculative-decoding counters. Each ServingMetrics owns its registry (no globals).
+
+TTFT counts from the moment the ingress accepted the request (queue time included).
+Time per output token (TPOT) = (last token time - first token time) / (output tokens - 1),
+per output token, not per engine step, so speculation shows up as lower TPOT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from agentserve.engine.protocol import EngineStats
+from agentserve.engine.spec_by_batch import bucket_counts
+
+__all__ = ["CONTENT_TYPE", "ServingMetrics", "sla_objectives"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TTFT_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+TPOT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.5, 1)
+_TENANT = ("model", "tenant")
+
+
+class _EngineStatsCollector(Collector):
+    """Exports the latest EngineStats snapshot per model at scrape time."""
+
+    def __init__(self) -> None:
+        self.snapshots: dict[str, EngineStats] = {}
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        families = {
+            "drafts": CounterMetricFamily(
+                "agentserve_spec_decode_drafts",
+                "Verify steps that carried a draft.",
+                labels=["model"],
+            ),
+            "draft_tokens": CounterMetricFamily(
+                "agentserve_spec_decode_draft_tokens",
+                "Tokens proposed by the drafter.",
+                labels=["model"],
+            ),
+            "accepted": CounterMetricFamily(
+                "agentserve_spec_decode_accepted_tokens",
+                "Drafted tokens accepted.",
+                labels=["model"],
+            ),
+            "length": GaugeMetricFamily(
+                "agentserve_spec_decode_acceptance_length",
+                "Mean tokens emitted per verify step since start (1 = no speculation).",
+                labels=["model"],
+            ),
+            "running": GaugeMetricFamily(
+                "agentserve_engine_running_requests",
+                "Requests in the engine batch.",
+                labels=["model"],
+            ),
+            "waiting": GaugeMetricFamily(
+                "agentserve_engine_waiting_requests",
+                "Requests queued in the engine.",
+                labels=["model"],
+            ),
+            "batch_drafts": CounterMetricFamily(
+                "agentserve_spec_decode_batch_drafts",
+                "Verify steps that carried a draft, by running batch size bucket.",
+                labels=["model", "batch"],
+            ),
+            "batch_accepted": CounterMetricFamily(
+                "agentserve_spec_decode_batch_accepted_tokens",
+                "Drafted tokens accepted, by running batch size bucket.",
+                labels=["model", "batch"],
+            ),
+            "batch_length": GaugeMetricFamily(
+                "agentserve_spec_decode_batch_acceptance_length",
+                "Mean tokens per verify step since start, by running batch size bucket.",
+                labels=["model", "batch"],
+            ),
+        }
+        for model, s in sorted(self.snapshots.items()):
+            families["drafts"].add_metric([model], s.spec_drafts)
+            families["draft_tokens"].add_metric([model], s.spec_draft_tokens)
+            families["accepted"].add_metric([model], s.spec_accepted_tokens)
+            families["length"].add_metric([model], s.acceptance_length)
+            families["running"].add_metric([model], s.running)
+            families["waiting"].add_metric([model], s.waiting)
+            for bucket, (drafts, _, accepted) in bucket_counts(s.spec_by_batch).items():
+                families["batch_drafts"].add_metric([model, bucket], drafts)
+                families["batch_accepted"].add_metric([model, bucket], accepted)
+                families["batch_length"].add_metric([model, bucket], 1.0 + accepted / drafts)
+        yield from families.values()
+
+
+def sla_objectives(spec) -> dict[str, tuple[float, float]]:
+    """tenant -> (TTFT, TPOT) p95 objectives in seconds for a DeploymentSpec; without
+    tenants, the open-mode tenant gets autoscaling.open_mode_sla."""
+    from agentserve.api.auth import OPEN_TENANT
+
+    slas = {t.name: t.sla for t in spec.tenants} or {OPEN_TENANT: spec.autoscaling.open_mode_sla}
+    return {name: (s.ttft_p95_ms / 1000, s.tpot_p95_ms / 1000) for name, s in slas.items()}
+
+
+class ServingMetrics:
+    """The ingress's metrics; `exposition()` renders Prometheus text."""
+
+    def __init__(self, slas: Mapping[str, tuple[float, float]] | None = None) -> None:
+        """`slas`: tenant -> (TTFT objective s, TPOT objective s), exported as
+        agentserve_sla_objective_seconds and counted in agentserve_requests_within_sla."""
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.slas = dict(slas or {})
+        self.requests = Counter(
+            "agentserve_requests",
+            "Finished requests by HTTP status.",
+            [*_TENANT, "status"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "agentserve_time_to_first_token_seconds",
+            "Ingress accept to first token.",
+            _TENANT,
+            buckets=TTFT_BUCKETS_S,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "agentserve_time_per_output_token_seconds",
+            "Mean seconds per output token after the first, one observation per request.",
+            _TENANT,
+            buckets=TPOT_BUCKETS_S,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "agentserve_prompt_tokens", "Prompt tokens.", _TENANT, registry=r
+        )
+        self.output_tokens = Counter(
+            "agentserve_output_tokens", "Generated tokens.", _TENANT, registry=r
+        )
+        self.in_flight = Gauge(
+            "agentserve_requests_in_flight",
+            "Requests accepted and not finished.",
+            ["model"],
+            registry=r,
+        )
+        self.queued = Gauge(
+            "agentserve_requests_queued",
+            "Requests accepted that have no first token yet.",
+            ["model"],
+            registry=r,
+        )
+        self.within_sla = Counter(
+            "agentserve_requests_within_sla",
+            "Requests whose TTFT or TPOT (label objective) met the tenant's p95 objective; "
+            "divided by the histogram's _count it is the SLA attainment (>= 0.95 meets it).",
+            [*_TENANT, "objective"],
+            registry=r,
+        )
+        self.sla_objective = Gauge(
+            "agentserve_sla_objective_seconds",
+            "The tenant's p95 latency objective (objective = ttft or tpot).",
+            ["tenant", "objective"],
+            registry=r,
+        )
+        for tenant, (ttft_s, tpot_s) in self.slas.items():
+            self.sla_objective.labels(tenant, "ttft").set(ttft_s)
+            self.sla_objective.labels(tenant, "tpot").set(tpot_s)
+        self.replicas = Gauge(
+            "agentserve_replicas_ready",
+            "Replicas of the model serving now (per Serve's controller).",
+            ["model"],
+            registry=r,
+        )
+        self.migrations = Counter(
+            "agentserve_migrations",
+            "Re-issues of a request to another replica after its replica died mid-request.",
+            ["model"],
+            registry=r,
+        )
+        self._engine = _EngineStatsCollector()
+        r.register(self._engine)
+
+    def observe_request(
+        self,
+        model: str,
+        tenant: str,
+        *,
+        ttft_s: float | None,
+        decode_s: float | None,
+        prompt_tokens: int,
+        output_tokens: int,
+        status: int,
+    ) -> None:
+        """Record one finished request. `decode_s` = last token time - first token time."""
+        self.requests.labels(model, tenant, str(status)).inc()
+        ttft_slo, tpot_slo = self.slas.get(tenant, (None, None))
+        if ttft_s is not None:
+            self.ttft.labels(model, tenant).observe(ttft_s)
+            if ttft_slo is not None and ttft_s <= ttft_slo:
+                self.within_sla.labels(model, tenant, "ttft").inc()
+        if decode_s is not None and output_tokens > 1:
+            tpot_s = decode_s / (output_tokens - 1)
+            self.tpot.labels(model, tenant).observe(tpot_s)
+            if tpot_slo is not None and tpot_s <= tpot_slo:
+                self.within_sla.labels(model, tenant, "tpot").inc()
+        self.prompt_tokens.labels(model, tenant).inc(prompt_tokens)
+        self.output_tokens.labels(model, tenant).inc(output_tokens)
+
+    def set_engine_stats(self, model: str, stats: EngineStats) -> None:
+        """Replace the engine snapshot exported for `model`."""
+        self._engine.snapshots[model] = stats
+
+    def exposition(self) -> bytes:
+        """Prometheus text format of everything in this registry."""
+        return generate_latest(self.registry)

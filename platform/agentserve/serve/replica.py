@@ -1,0 +1,156 @@
+"""Model replica: the Ray Serve deployment body for one model; the engine is injected.
+
+Ray Serve calls `check_health` every health_check_period_s; raising there (or not
+answering within health_check_timeout_s) three times in a row makes Serve replace the
+replica, but gracefully: it stops checking and waits graceful_shutdown_timeout_s for the
+in-flight requests, which a stuck engine never finishes. So the replica also watches its
+engine itself (same period and timeout, whether Serve still checks or not) and exits
+after three failed or late probes in a row. An engine that dies mid-request
+(EngineDeadError) takes its replica down at once too. Either way the router stops sending
+it requests, Serve starts a new one, and the ingress continues the cut requests
+elsewhere (serve/migrate.py).
+Serve calls `record_autoscaling_stats` every look_back_period_s / 5 when the deployment
+autoscales: per-tenant TTFT/TPOT windows, arrivals, engine batch and queue, DFlash
+acceptance by batch size (serve/replica_stats.py), which the SLA policy
+(autoscale/ray_policy.py) reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+
+from agentserve.engine.protocol import (
+    Delta,
+    Engine,
+    EngineDeadError,
+    EngineRequest,
+    EngineStats,
+    EngineUnavailableError,
+)
+from agentserve.serve.replica_stats import ReplicaStats
+from agentserve.serve.spans import speculative_tokens, traced_stream
+from agentserve.spec import ModelSpec, TracingSpec
+from agentserve.tracing import make_tracer
+
+__all__ = ["EngineFactory", "ModelReplica", "default_engine_factory"]
+
+EngineFactory = Callable[[ModelSpec], Engine]
+"""ModelSpec -> unstarted Engine. Must be picklable (it travels to Ray replicas)."""
+
+log = logging.getLogger(__name__)
+EXIT_DELAY_S = 0.2  # lets the EngineDeadError reach the ingress before the replica exits
+HEALTH_FAILURES_TO_EXIT = 3  # Ray Serve's REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD
+HEALTH_TIMEOUT_FRACTION = 0.8  # of health_check_timeout_s: answer before Serve gives up
+
+
+def default_engine_factory(model: ModelSpec) -> Engine:
+    """VLLMEngine for engine "vllm"; the FakeEngine for "fake" (tests only)."""
+    if model.engine == "fake":
+        from agentserve.engine.fake import FakeEngine
+
+        return FakeEngine(model.name, model.max_model_len)
+    from agentserve.engine.vllm_engine import VLLMEngine
+
+    return VLLMEngine(model)
+
+
+class ModelReplica:
+    """One replica of one model: starts its engine, streams deltas, reports stats/health."""
+
+    async def __init__(
+        self,
+        model: ModelSpec,
+        engine_factory: EngineFactory,
+        tracing: TracingSpec | None = None,
+        window_s: float = 30.0,
+    ):
+        self.model = model
+        self.engine = engine_factory(model)
+        self.tracer = make_tracer(tracing or TracingSpec(), os.environ, "replica")
+        self.speculative_tokens = speculative_tokens(model, self.engine)
+        self.windows = ReplicaStats(window_s)
+        self.health_failures = 0  # consecutive failed probes of the watchdog
+        await self.engine.start()
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch_engine())
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
+        """Stream the engine's deltas (a Serve streaming method: call with stream=True)."""
+        stream = traced_stream(  # spans: queue wait, replica, prefill, decode
+            self.tracer,
+            request,
+            self.engine.generate(request),
+            model=self.model.name,
+            num_speculative_tokens=self.speculative_tokens,
+        )
+        self.windows.begin(request.request_id, request.headers)
+        try:
+            async for delta in stream:
+                self.windows.see(request.request_id, delta)
+                yield delta
+        except EngineDeadError:
+            self._exit_soon()
+            raise
+        finally:
+            self.windows.end(request.request_id)
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()  # a cancelled handle call lands here: the engine aborts
+
+    async def stats(self) -> EngineStats:
+        return await self.engine.stats()
+
+    async def health(self) -> None:
+        await self.engine.health()
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """Ray Serve's custom autoscaling metrics hook (flat name -> float)."""
+        return self.windows.autoscaling_stats(await self.engine.stats())
+
+    async def check_health(self) -> None:
+        """Ray Serve's health hook: raise when the engine cannot serve or does not say so
+        within HEALTH_TIMEOUT_FRACTION of health_check_timeout_s."""
+        await self._probe()
+
+    async def _probe(self) -> None:
+        timeout_s = HEALTH_TIMEOUT_FRACTION * self.model.replicas.health_check_timeout_s
+        try:
+            await asyncio.wait_for(self.engine.health(), timeout_s)
+        except Exception as err:  # failed or late: both mean "cannot serve"
+            raise EngineUnavailableError(f"engine of {self.model.name} unhealthy: {err!r}") from err
+
+    async def _watch_engine(self) -> None:
+        """Probe the engine every health_check_period_s; exit after
+        HEALTH_FAILURES_TO_EXIT failed probes in a row (see module docstring)."""
+        while True:
+            await asyncio.sleep(self.model.replicas.health_check_period_s)
+            try:
+                await self._probe()
+            except EngineUnavailableError as err:
+                self.health_failures += 1
+                log.warning("probe %d: %s", self.health_failures, err)
+                if self.health_failures >= HEALTH_FAILURES_TO_EXIT:
+                    self._exit_soon()
+                    return
+            else:
+                self.health_failures = 0
+
+    def _exit_soon(self) -> None:
+        """Kill this replica's actor shortly (once): its engine is dead."""
+        if getattr(self, "_exiting", False):
+            return
+        self._exiting = True
+        log.error("engine of %s is dead or stuck; exiting the replica", self.model.name)
+        asyncio.get_running_loop().call_later(EXIT_DELAY_S, _kill_this_actor)
+
+    async def __del__(self) -> None:
+        self._watchdog.cancel()
+        await self.engine.stop()
+
+
+def _kill_this_actor() -> None:
+    import ray
+
+    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)

@@ -1,0 +1,182 @@
+"""Per-replica autoscaling signals: per-tenant TTFT/TPOT windows, arrivals and token means,
+engine queue and batch, DFlash acceptance by batch size; `autoscaling_stats` encodes them
+for Ray Serve's `record_autoscaling_stats` (see autoscale/ray_policy.py).
+
+Contracts:
+- TTFT runs from the time the ingress admitted and sent the request (header
+  `x-agentserve-sent-at-ns`, wall-clock ns, set by serve/spans.trace_headers), so router
+  and replica queue time count; without the header (or with a clock ahead of ours) it
+  runs from the replica's receipt. Requests still waiting for a first
+  token count as TTFT samples of their age so far.
+- TPOT = (last token time - first token time) / (output tokens - 1), per output token, not
+  per engine step (one DFlash step emits several tokens); requests with < 2 tokens have none.
+- Every window covers the last `window_s` seconds (samples by finish time, arrivals by
+  receipt time); p95 is nearest-rank.
+The clock is injected (wall time by default: the accept header is wall time).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from agentserve.autoscale.policy import TenantLatency
+from agentserve.autoscale.ray_policy import encode_replica_stats
+from agentserve.engine.protocol import Delta, EngineStats
+from agentserve.engine.spec_by_batch import BatchCounts, acceptance_by_bucket, counts_delta
+from agentserve.serve.spans import SENT_AT_HEADER
+
+__all__ = ["ACCEPTED_AT_HEADER", "TENANT_HEADER", "ReplicaStats", "p95"]
+
+ACCEPTED_AT_HEADER = SENT_AT_HEADER
+TENANT_HEADER = "x-agentserve-tenant"
+ANONYMOUS = "anonymous"
+
+
+def p95(values: list[float]) -> float | None:
+    """Nearest-rank 95th percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+@dataclass
+class _Open:
+    tenant: str
+    accepted_s: float
+    first_s: float | None = None
+    last_s: float | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class _Done:
+    end_s: float
+    tenant: str
+    ttft_ms: float | None
+    tpot_ms: float | None
+    prompt_tokens: int
+    output_tokens: int
+
+
+def accepted_at(headers: Mapping[str, str], now: float) -> float:
+    """The ingress send time (seconds) from the request headers, never later than `now`."""
+    try:
+        value = int(headers[ACCEPTED_AT_HEADER]) / 1e9
+    except (KeyError, TypeError, ValueError):
+        return now
+    return min(value, now)
+
+
+class ReplicaStats:
+    """Sliding windows of one replica. Call begin -> see (each delta) -> end per request."""
+
+    def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.time):
+        self.window_s, self.clock = window_s, clock
+        self._open: dict[str, _Open] = {}
+        self._done: deque[_Done] = deque()
+        self._arrivals: deque[float] = deque()
+        self._spec: deque[tuple[float, tuple[BatchCounts, ...]]] = deque()
+
+    def begin(self, request_id: str, headers: Mapping[str, str]) -> None:
+        now = self.clock()
+        tenant = headers.get(TENANT_HEADER) or ANONYMOUS
+        self._open[request_id] = _Open(tenant, accepted_at(headers, now))
+        self._arrivals.append(now)
+
+    def see(self, request_id: str, delta: Delta) -> None:
+        call = self._open.get(request_id)
+        if call is None:
+            return
+        now = self.clock()
+        if call.first_s is None and (delta.text or delta.tool_calls or delta.finish_reason):
+            call.first_s = now
+        call.last_s = now
+        call.prompt_tokens = max(call.prompt_tokens, delta.prompt_tokens)
+        call.output_tokens = max(call.output_tokens, delta.completion_tokens)
+
+    def end(self, request_id: str) -> None:
+        """Close a request (finished, failed or cancelled); idempotent."""
+        call = self._open.pop(request_id, None)
+        if call is None:
+            return
+        ttft = tpot = None
+        if call.first_s is not None:
+            ttft = (call.first_s - call.accepted_s) * 1000.0
+            if call.output_tokens > 1 and call.last_s is not None:
+                tpot = (call.last_s - call.first_s) * 1000.0 / (call.output_tokens - 1)
+        done = _Done(self.clock(), call.tenant, ttft, tpot, call.prompt_tokens, call.output_tokens)
+        self._done.append(done)
+
+    def _trim(self, now: float) -> None:
+        start = now - self.window_s
+        while self._done and self._done[0].end_s < start:
+            self._done.popleft()
+        while self._arrivals and self._arrivals[0] < start:
+            self._arrivals.popleft()
+
+    def tenants(self) -> dict[str, TenantLatency]:
+        """Per tenant over the window: p95 TTFT (waiting requests by age), p95 TPOT, and
+        requests (finished in the window plus open)."""
+        now = self.clock()
+        self._trim(now)
+        ttft: dict[str, list[float]] = {}
+        tpot: dict[str, list[float]] = {}
+        count: dict[str, int] = {}
+        for d in self._done:
+            count[d.tenant] = count.get(d.tenant, 0) + 1
+            if d.ttft_ms is not None:
+                ttft.setdefault(d.tenant, []).append(d.ttft_ms)
+            if d.tpot_ms is not None:
+                tpot.setdefault(d.tenant, []).append(d.tpot_ms)
+        for call in self._open.values():
+            count[call.tenant] = count.get(call.tenant, 0) + 1
+            if call.first_s is None:
+                ttft.setdefault(call.tenant, []).append((now - call.accepted_s) * 1000.0)
+        return {
+            name: TenantLatency(p95(ttft.get(name, [])), p95(tpot.get(name, [])), n)
+            for name, n in count.items()
+        }
+
+    def arrival_rate_rps(self) -> float:
+        self._trim(self.clock())
+        return len(self._arrivals) / self.window_s
+
+    def mean_tokens(self) -> tuple[float, float]:
+        """(mean prompt tokens, mean output tokens) of requests finished in the window."""
+        self._trim(self.clock())
+        done = [d for d in self._done if d.output_tokens > 0]
+        if not done:
+            return 0.0, 0.0
+        return (
+            sum(d.prompt_tokens for d in done) / len(done),
+            sum(d.output_tokens for d in done) / len(done),
+        )
+
+    def acceptance_by_batch(self, engine: EngineStats) -> dict[str, float]:
+        """DFlash acceptance length per batch bucket over the window, from the engine's
+        cumulative spec_by_batch counters (sampled at each call)."""
+        now = self.clock()
+        self._spec.append((now, engine.spec_by_batch))
+        while len(self._spec) > 1 and self._spec[1][0] <= now - self.window_s:
+            self._spec.popleft()
+        base = self._spec[0][1] if len(self._spec) > 1 else ()
+        return acceptance_by_bucket(counts_delta(engine.spec_by_batch, base))
+
+    def autoscaling_stats(self, engine: EngineStats) -> dict[str, float]:
+        """The replica's `record_autoscaling_stats` result (flat name -> float)."""
+        prompt, output = self.mean_tokens()
+        return encode_replica_stats(
+            self.tenants(),
+            arrival_rate_rps=self.arrival_rate_rps(),
+            mean_prompt_tokens=prompt,
+            mean_output_tokens=output,
+            engine_running=engine.running,
+            engine_waiting=engine.waiting,
+            acceptance_by_batch=self.acceptance_by_batch(engine),
+        )

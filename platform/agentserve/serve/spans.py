@@ -1,0 +1,217 @@
+"""Server-side spans of one request: ingress (SERVER), queue wait, replica, prefill, decode.
+
+The ingress continues the caller's `traceparent` and hands its own span on in the engine
+request's headers, with the wall-clock time it sent the request (`SENT_AT_HEADER`); the
+replica side (`traced_stream`) records the queue wait from that time to its start, then
+a replica span with prefill (start -> first token) and decode (first token -> end)
+children. Decode carries per-request speculation figures counted from the deltas: one
+delta per engine step, so steps = deltas that added tokens, accepted = tokens - steps,
+acceptance length = tokens / steps, drafted = steps x num_speculative_tokens.
+
+With a no-op tracer every function here still works and records nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from agentserve import tracing as t
+from agentserve.engine.protocol import Delta, EngineRequest
+
+__all__ = ["SENT_AT_HEADER", "end_ingress", "start_ingress", "trace_headers", "traced_stream"]
+
+SENT_AT_HEADER = "x-agentserve-sent-at-ns"
+SESSION_HEADER = "x-session-id"
+
+
+def start_ingress(tracer: Tracer, kind: str, headers: Mapping[str, str]) -> Span:
+    """Start the ingress span as a child of the caller's valid traceparent (else a root)."""
+    parent = t.extract_context(headers)
+    span = tracer.start_span("ingress", context=parent, kind=SpanKind.SERVER)
+    if span.is_recording():
+        span.set_attribute(t.OPERATION, "chat" if kind == "chat" else "text_completion")
+        span.set_attribute(t.PROVIDER, t.PROVIDER_NAME)
+        session = {k.lower(): v for k, v in headers.items()}.get(SESSION_HEADER)
+        if session:
+            span.set_attribute(t.CONVERSATION_ID, session)
+    return span
+
+
+def trace_headers(span: Span, incoming: Mapping[str, str], now_ns: int | None = None) -> dict:
+    """Trace headers for the engine request: the ingress span as parent when it is valid,
+    else the caller's headers unchanged; plus the send time for the queue-wait span."""
+    passed = t.forwarded_trace_headers(incoming)
+    if span.get_span_context().is_valid:
+        own = t.inject_span(span, {})
+        if "baggage" in passed:
+            own["baggage"] = passed["baggage"]
+        passed = own
+    passed[SENT_AT_HEADER] = str(now_ns if now_ns is not None else time.time_ns())
+    return passed
+
+
+def end_ingress(
+    span: Span,
+    status: int,
+    *,
+    model: str | None = None,
+    tenant: str | None = None,
+    request_id: str | None = None,
+    ttft_s: float | None = None,
+    prompt_tokens: int = 0,
+    output_tokens: int = 0,
+    finish_reason: str | None = None,
+) -> None:
+    """Record the outcome on the ingress span and end it (an error status for >= 400)."""
+    if span.is_recording():
+        attributes = {
+            "http.response.status_code": status,
+            t.REQUEST_MODEL: model,
+            t.TENANT: tenant,
+            t.REQUEST_ID: request_id,
+            t.TTFT_S: ttft_s,
+            t.INPUT_TOKENS: prompt_tokens,
+            t.OUTPUT_TOKENS: output_tokens,
+        }
+        span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+        if finish_reason:
+            span.set_attribute(t.FINISH_REASONS, [finish_reason])
+        if status >= 400:
+            span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+    span.end()
+
+
+@dataclass
+class _Progress:
+    """Token bookkeeping of one stream as seen by the replica."""
+
+    steps: int = 0
+    tokens: int = 0
+    prompt_tokens: int = 0
+    first_ns: int | None = None
+    finish_reason: str | None = None
+
+    def see(self, delta: Delta, now_ns: int) -> bool:
+        """Count `delta`; True when it is the first one carrying output."""
+        first = self.first_ns is None and bool(
+            delta.text or delta.tool_calls or delta.finish_reason or delta.completion_tokens
+        )
+        if first:
+            self.first_ns = now_ns
+        if delta.completion_tokens > self.tokens:
+            self.steps += 1
+            self.tokens = delta.completion_tokens
+        self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
+        self.finish_reason = delta.finish_reason or self.finish_reason
+        return first
+
+
+def speculative_tokens(model, engine: object) -> int:
+    """Tokens drafted per step for `model` (a ModelSpec): the drafter's when enabled, else
+    the engine's own `num_speculative_tokens` (the fake engine's), else 0."""
+    if model.drafter.enabled:
+        return model.drafter.num_speculative_tokens
+    return int(getattr(engine, "num_speculative_tokens", 0) or 0)
+
+
+def speculation_attributes(steps: int, tokens: int, num_speculative_tokens: int) -> dict:
+    """Per-request speculation figures (pure); see the module docstring."""
+    if steps <= 0:
+        return {t.DECODE_STEPS: 0}
+    return {
+        t.DECODE_STEPS: steps,
+        t.DRAFT_TOKENS: steps * num_speculative_tokens if num_speculative_tokens else 0,
+        t.ACCEPTED_TOKENS: max(0, tokens - steps) if num_speculative_tokens else 0,
+        t.ACCEPTANCE_LENGTH: tokens / steps,
+    }
+
+
+async def traced_stream(
+    tracer: Tracer,
+    request: EngineRequest,
+    stream: AsyncIterator[Delta],
+    *,
+    model: str,
+    num_speculative_tokens: int = 0,
+) -> AsyncIterator[Delta]:
+    """Yield `stream`'s deltas unchanged, recording queue wait, replica, prefill, decode.
+
+    Closing this generator closes `stream` (so the engine aborts the request).
+    """
+    parent = t.extract_context(request.headers)
+    start_ns = time.time_ns()
+    _queue_wait(tracer, parent, request.headers.get(SENT_AT_HEADER), start_ns, model)
+    replica = tracer.start_span("replica", context=parent, start_time=start_ns)
+    if replica.is_recording():
+        replica.set_attribute(t.REQUEST_ID, request.request_id)
+    progress = _Progress()
+    try:
+        async for delta in stream:
+            if progress.see(delta, time.time_ns()) and replica.is_recording():
+                inside = trace.set_span_in_context(replica)
+                _span(tracer, "prefill", inside, start_ns, progress.first_ns, model)
+            yield delta
+    except BaseException as err:
+        if replica.is_recording():
+            replica.record_exception(err)
+            replica.set_status(Status(StatusCode.ERROR, type(err).__name__))
+        raise
+    finally:
+        await _aclose(stream)
+        if replica.is_recording():
+            _end_replica(tracer, replica, progress, model, num_speculative_tokens)
+
+
+def _end_replica(
+    tracer: Tracer, replica: Span, progress: _Progress, model: str, num_speculative_tokens: int
+) -> None:
+    """End the decode child (first token -> now) and the replica span with token figures."""
+    end_ns = time.time_ns()
+    if progress.first_ns is not None:
+        inside = trace.set_span_in_context(replica)
+        decode = _span(tracer, "decode", inside, progress.first_ns, None, model)
+        decode.set_attributes(
+            speculation_attributes(progress.steps, progress.tokens, num_speculative_tokens)
+        )
+        decode.set_attribute(t.OUTPUT_TOKENS, progress.tokens)
+        decode.end(end_time=end_ns)
+    replica.set_attributes(
+        {
+            t.REQUEST_MODEL: model,
+            t.INPUT_TOKENS: progress.prompt_tokens,
+            t.OUTPUT_TOKENS: progress.tokens,
+        }
+    )
+    if progress.finish_reason:
+        replica.set_attribute(t.FINISH_REASONS, [progress.finish_reason])
+    replica.end(end_time=end_ns)
+
+
+async def _aclose(stream: AsyncIterator[Delta]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def _queue_wait(tracer: Tracer, parent, sent_at: str | None, start_ns: int, model: str) -> None:
+    """The span from the ingress sending the request to the replica starting it."""
+    try:
+        sent_ns = int(sent_at) if sent_at else None
+    except ValueError:
+        sent_ns = None
+    if sent_ns is not None and sent_ns <= start_ns:
+        _span(tracer, "queue_wait", parent, sent_ns, start_ns, model)
+
+
+def _span(tracer: Tracer, name: str, parent, start_ns: int, end_ns: int | None, model: str) -> Span:
+    """A child span of `parent` from start_ns; ended at end_ns unless that is None."""
+    span = tracer.start_span(name, context=parent, start_time=start_ns)
+    span.set_attribute(t.REQUEST_MODEL, model)
+    if end_ns is not None:
+        span.end(end_time=end_ns)
+    return span

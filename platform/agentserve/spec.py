@@ -1,0 +1,508 @@
+"""DeploymentSpec: the one validated config of an agentserve deployment (CLI YAML, operator CR,
+generated CRD and Helm schema, vLLM args). Invalid input raises SpecError naming each field path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from yaml.constructor import ConstructorError
+
+from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL
+
+__all__ = [
+    "BUNDLED_MODEL",
+    "DeploymentSpec",
+    "SpecError",
+    "hash_api_key",
+    "load_spec",
+    "spec_from_dict",
+    "spec_json_schema",
+    "to_yaml",
+]
+
+_DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_SHA256_HEX = r"^[0-9a-f]{64}$"
+
+
+class SpecError(ValueError):
+    """An invalid deployment spec; `errors` holds (field path, message) pairs."""
+
+    def __init__(self, message: str, errors: list[tuple[str, str]] | None = None):
+        super().__init__(message)
+        self.errors = errors or []
+
+
+def hash_api_key(key: str) -> str:
+    """Return the lowercase hex SHA-256 of an API key, the form stored in TenantSpec."""
+    if not key:
+        raise ValueError("API key must not be empty")
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _enum_not_const(schema: dict[str, Any]) -> None:
+    """Write a one-value Literal as `enum` (Kubernetes structural schemas have no `const`)."""
+    if "const" in schema:
+        schema["enum"] = [schema.pop("const")]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DrafterSpec(_Spec):
+    """Speculative decoding drafter for one model (vLLM speculative_config)."""
+
+    enabled: bool = Field(False, description="Speculate with the drafter.")
+    path: str | None = Field(
+        None,
+        description="Local drafter directory; null = the drafter shipped for the bundled model.",
+    )
+    method: Literal["dflash"] = Field(
+        "dflash", description="vLLM speculative method.", json_schema_extra=_enum_not_const
+    )
+    num_speculative_tokens: int = Field(7, ge=1, le=64, description="Tokens drafted per step.")
+    num_speculative_tokens_per_batch_size: (
+        list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]] | None
+    ) = Field(
+        None,
+        min_length=1,
+        description="Drafted tokens by batch size: [[start, end, k], ...], inclusive ranges "
+        "sorted from batch 1, non-overlapping, 0 <= k <= num_speculative_tokens (0 = no "
+        "drafting); gaps and batches past the last range keep the previous k. null = always "
+        "num_speculative_tokens. `agentserve spec speculation-schedule` fills it from the "
+        "latency model.",
+    )
+
+    @model_validator(mode="after")
+    def _check_schedule(self) -> DrafterSpec:
+        if self.num_speculative_tokens_per_batch_size is not None:
+            check_speculation_schedule(
+                self.num_speculative_tokens_per_batch_size, self.num_speculative_tokens
+            )
+        return self
+
+
+def check_speculation_schedule(schedule: list[list[int]], num_speculative_tokens: int) -> None:
+    """Raise ValueError unless `schedule` satisfies vLLM 0.32's rules for
+    num_speculative_tokens_per_batch_size (vllm/v1/spec_decode/dynamic/utils.py): entries
+    (start, end, k) with 1 <= start <= end, ranges sorted and non-overlapping, the first
+    starting at 1, k >= 0. Stricter than vLLM: it sorts and clamps k, we require sorted
+    ranges and k <= num_speculative_tokens."""
+    previous_end = 0
+    for i, (start, end, k) in enumerate(schedule):
+        where = f"num_speculative_tokens_per_batch_size[{i}] {[start, end, k]}"
+        if i == 0 and start != 1:
+            raise ValueError(f"{where}: the first range must start at batch size 1")
+        if not 1 <= start <= end:
+            raise ValueError(f"{where}: needs 1 <= start <= end")
+        if start <= previous_end:
+            raise ValueError(f"{where}: ranges must be sorted and must not overlap")
+        if k > num_speculative_tokens:
+            raise ValueError(
+                f"{where}: k must be <= num_speculative_tokens ({num_speculative_tokens})"
+            )
+        previous_end = end
+
+
+class TolerationSpec(_Spec):
+    """A Kubernetes toleration for replica pods (null key/effect match all)."""
+
+    key: str | None = Field(None, description="Taint key.")
+    operator: Literal["Equal", "Exists"] = Field("Equal", description="How value is matched.")
+    value: str | None = Field(None, description="Taint value, for operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect."
+    )
+    toleration_seconds: int | None = Field(None, ge=0, description="NoExecute grace seconds.")
+
+
+class ReplicaSpec(_Spec):
+    """Replica bounds and per-replica resources for one model deployment."""
+
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas; 0 allows scale to zero.")
+    max_replicas: int = Field(1, ge=1, description="Most replicas.")
+    initial_replicas: int | None = Field(None, ge=0, description="Replicas at start; null = min.")
+    num_gpus: int = Field(0, ge=0, description="GPUs per replica: 0 on CPU, 1 on GPU.")
+    num_cpus: float = Field(2.0, gt=0, description="CPU cores per replica.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Kubernetes node labels replica pods require."
+    )
+    tolerations: list[TolerationSpec] = Field(
+        default_factory=list, description="Kubernetes tolerations for replica pods."
+    )
+    health_check_period_s: float = Field(
+        10.0, gt=0, description="Seconds between engine health checks of a replica."
+    )
+    health_check_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a health check may take; 3 failed or late checks in a row "
+        "and the replica is replaced (a stuck engine).",
+    )
+    graceful_shutdown_timeout_s: float = Field(
+        120.0,
+        ge=0,
+        description="Seconds a stopping replica (scale-down, update, shutdown) lets its "
+        "in-flight requests finish before it is killed (then they migrate).",
+    )
+    graceful_shutdown_wait_loop_s: float = Field(
+        1.0, gt=0, description="Seconds between a stopping replica's in-flight checks."
+    )
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> ReplicaSpec:
+        low, high, initial = self.min_replicas, self.max_replicas, self.initial_replicas
+        if low > high:
+            raise ValueError(f"min_replicas ({low}) must be <= max_replicas ({high})")
+        if initial is not None and not low <= initial <= high:
+            raise ValueError(f"initial_replicas ({initial}) must lie in [{low}, {high}]")
+        return self
+
+
+class ModelSpec(_Spec):
+    """One served model: weights, engine settings, drafter and replicas."""
+
+    name: str = Field(
+        BUNDLED_MODEL,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+        description="Served model id (the request's `model`).",
+    )
+    source: str = Field(
+        BUNDLED_MODEL,
+        description=f"{BUNDLED_MODEL} (alias: bundled) or a local Hugging Face format "
+        "directory (absolute or ./relative); never downloaded from the hub.",
+    )
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
+        "bfloat16", description="Weight and activation dtype."
+    )
+    max_model_len: int = Field(2048, ge=16, description="Context length: prompt + output tokens.")
+    engine: Literal["vllm", "fake"] = Field("vllm", description="Engine; fake is for tests.")
+    drafter: DrafterSpec = Field(default_factory=DrafterSpec, description="Speculative drafter.")
+    replicas: ReplicaSpec = Field(default_factory=ReplicaSpec, description="Replicas, resources.")
+    max_num_seqs: int = Field(8, ge=1, description="Engine batch cap: sequences run at once.")
+    async_scheduling: bool = Field(
+        False, description="vLLM async scheduling: prepare batch N+1 while the device runs N."
+    )
+
+    @field_validator("source")
+    @classmethod
+    def _check_source(cls, source: str) -> str:
+        if source.strip().lower() in BUNDLED_ALIASES:
+            return BUNDLED_MODEL
+        if source.startswith(("/", "./", "../", "~")):
+            return source
+        raise ValueError(
+            f"{source!r} is neither the bundled model ({BUNDLED_MODEL!r}) nor a local "
+            "directory; agentserve never downloads from the hub: download the weights and give "
+            "their directory as an absolute path or one starting with ./"
+        )
+
+    @model_validator(mode="after")
+    def _check_drafter(self) -> ModelSpec:
+        drafter = self.drafter
+        if drafter.enabled and drafter.path is None and self.source != BUNDLED_MODEL:
+            raise ValueError(
+                "drafter.path is required: the shipped drafter only fits the bundled model"
+            )
+        if drafter.enabled and drafter.num_speculative_tokens >= self.max_model_len:
+            raise ValueError(
+                f"drafter.num_speculative_tokens ({drafter.num_speculative_tokens}) "
+                f"must be smaller than max_model_len ({self.max_model_len})"
+            )
+        return self
+
+
+class SLASpec(_Spec):
+    """Latency objectives, at the 95th percentile."""
+
+    ttft_p95_ms: float = Field(1000.0, gt=0, description="Time to first token, ms.")
+    tpot_p95_ms: float = Field(100.0, gt=0, description="Time per output token, ms.")
+
+
+class RateLimitSpec(_Spec):
+    """Per-tenant limits; null = unlimited."""
+
+    requests_per_minute: int | None = Field(None, gt=0, description="Requests per minute.")
+    tokens_per_minute: int | None = Field(None, gt=0, description="Prompt + output tokens/min.")
+    max_concurrent_requests: int | None = Field(None, gt=0, description="Requests in flight.")
+
+
+class TenantSpec(_Spec):
+    """A tenant: its API key hash, SLA and limits."""
+
+    name: str = Field(
+        max_length=63,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Tenant name, used in metrics, traces and logs.",
+    )
+    api_key_sha256: str = Field(
+        description="Lowercase hex SHA-256 of the API key (never the key itself).",
+        json_schema_extra={"pattern": _SHA256_HEX},
+    )
+    sla: SLASpec = Field(description="Latency objectives.")
+    rate_limit: RateLimitSpec = Field(default_factory=RateLimitSpec, description="Limits.")
+    sla_class: str | None = Field(None, description="Class label for metrics, e.g. batch.")
+
+    @field_validator("api_key_sha256")
+    @classmethod
+    def _check_hash(cls, value: str) -> str:
+        if not re.fullmatch(_SHA256_HEX, value):
+            raise ValueError(
+                "must be the SHA-256 of the API key as 64 lowercase hex characters, never the "
+                "key itself (agentserve.spec.hash_api_key, or `printf %s KEY | sha256sum`)"
+            )
+        return value
+
+
+class AutoscalingSpec(_Spec):
+    """How replicas follow load. SLA ratio = max over tenants of p95 latency / SLO."""
+
+    policy: Literal["sla", "ray_default"] = Field("sla", description="sla, or Ray Serve's own.")
+    upscale_sla_ratio: float = Field(1.0, gt=0, description="Scale up above this SLA ratio.")
+    downscale_sla_ratio: float = Field(0.6, gt=0, description="Scale down below this SLA ratio.")
+    interval_s: float = Field(5.0, gt=0, description="Seconds between decisions.")
+    look_back_period_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds of history each decision sees: replicas' p95 latency windows "
+        "and Ray Serve's metric averaging.",
+    )
+    upscale_delay_s: float = Field(10.0, ge=0, description="Upscale condition hold, seconds.")
+    downscale_delay_s: float = Field(120.0, ge=0, description="Downscale condition hold, s.")
+    scale_to_zero_idle_s: float | None = Field(
+        None, gt=0, description="Idle seconds before going to zero replicas; null = never."
+    )
+    cold_start_hold_timeout_s: float = Field(
+        120.0, gt=0, description="Seconds a request waits for a replica starting from zero."
+    )
+    target_utilization: float = Field(
+        0.8, gt=0, le=1, description="Fraction of replica capacity (max_num_seqs) to plan for."
+    )
+    open_mode_sla: SLASpec = Field(
+        default_factory=SLASpec, description="SLA used when no tenants are configured."
+    )
+
+    @model_validator(mode="after")
+    def _check_band(self) -> AutoscalingSpec:
+        if self.downscale_sla_ratio >= self.upscale_sla_ratio:
+            raise ValueError(
+                f"downscale_sla_ratio ({self.downscale_sla_ratio}) must be smaller than "
+                f"upscale_sla_ratio ({self.upscale_sla_ratio}) to leave a hysteresis band"
+            )
+        return self
+
+
+class TracingSpec(_Spec):
+    """OpenTelemetry tracing; without an endpoint it stays off."""
+
+    enabled: bool = Field(False, description="Export traces.")
+    otlp_endpoint: str | None = Field(None, description="OTLP URL, e.g. http://otel:4318.")
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="Fraction of traces sampled.")
+    service_name: str = Field("agentserve", min_length=1, description="OTel service.name.")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _check_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} must start with http:// or https://")
+        return value
+
+
+class ServerSpec(_Spec):
+    """The HTTP ingress."""
+
+    host: str = Field("127.0.0.1", min_length=1, description="Address the API binds to.")
+    port: int = Field(8000, ge=1, le=65535, description="OpenAI-compatible API port.")
+    metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="Port of the admin endpoints (/metrics, /status), served by the ingress on "
+        "host; null = they answer only loopback clients, on the API port.",
+    )
+    max_queue_len: int = Field(64, ge=1, description="Queued requests per model, then 503.")
+    max_request_body_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body accepted, in bytes; a larger one gets 413.",
+    )
+    request_timeout_s: float = Field(300.0, gt=0, description="Seconds before a request fails.")
+    max_migrations: int = Field(
+        2,
+        ge=0,
+        le=8,
+        description="Times one request may be continued on another replica when its replica "
+        "dies mid-request (prompt + output so far); 0 = fail the request instead.",
+    )
+
+    @model_validator(mode="after")
+    def _check_ports(self) -> ServerSpec:
+        if self.metrics_port == self.port:
+            raise ValueError(f"metrics_port must differ from port ({self.port})")
+        return self
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class DeploymentSpec(_Spec):
+    """A whole agentserve deployment. `DeploymentSpec()` is the embedded CPU deployment."""
+
+    name: str = Field(
+        "agentserve",
+        max_length=63,
+        json_schema_extra={"pattern": _DNS1123_LABEL},
+        description="Deployment name, a DNS-1123 label (it names Kubernetes objects).",
+    )
+    models: list[ModelSpec] = Field(
+        default_factory=lambda: [ModelSpec()], min_length=1, description="Models to serve."
+    )
+    tenants: list[TenantSpec] = Field(
+        default_factory=list, description="Tenants; empty = open mode (no keys, loopback only)."
+    )
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="Scaling.")
+    tracing: TracingSpec = Field(default_factory=TracingSpec, description="OpenTelemetry tracing.")
+    server: ServerSpec = Field(default_factory=ServerSpec, description="HTTP ingress.")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, name: str) -> str:
+        if not re.fullmatch(_DNS1123_LABEL, name):
+            raise ValueError(
+                f"{name!r} must be a DNS-1123 label (it names Kubernetes objects): lowercase "
+                "letters, digits and '-', starting and ending with a letter or digit"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> DeploymentSpec:
+        problems = [
+            *_duplicates("models", [m.name for m in self.models], "model name"),
+            *_duplicates("tenants", [t.name for t in self.tenants], "tenant name"),
+            *_duplicates("tenants", [t.api_key_sha256 for t in self.tenants], "api_key_sha256"),
+        ]
+        if not self.tenants and not _is_loopback(self.server.host):
+            problems.append(
+                f"server.host: {self.server.host!r} is not a loopback address, but no tenants "
+                "are configured, so the API would be open to the network; configure tenants "
+                "(API keys) or bind to 127.0.0.1, ::1 or localhost"
+            )
+        if self.autoscaling.scale_to_zero_idle_s is None:
+            problems += [
+                f"models[{i}].replicas.min_replicas: is 0 but autoscaling.scale_to_zero_idle_s "
+                "is not set; set it, or keep min_replicas >= 1"
+                for i, m in enumerate(self.models)
+                if m.replicas.min_replicas == 0
+            ]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+def _duplicates(path: str, values: list[str], what: str) -> list[str]:
+    seen: dict[str, int] = {}
+    problems = []
+    for i, value in enumerate(values):
+        if value in seen:
+            problems.append(f"{path}[{i}]: duplicate {what} (same as {path}[{seen[value]}])")
+        else:
+            seen[value] = i
+    return problems
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """('models', 0, 'drafter', 'path') -> 'models[0].drafter.path'."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _error_pairs(err: ValidationError) -> list[tuple[str, str]]:
+    pairs = []
+    for e in err.errors(include_url=False):
+        path = _field_path(tuple(e["loc"]))
+        if e["type"] == "value_error":
+            message = str(e["ctx"]["error"])
+        elif e["type"] == "extra_forbidden":
+            message = "unknown field (not part of the spec)"
+        else:
+            message = e["msg"]
+        for line in message.splitlines():
+            if path:
+                pairs.append((path, line))
+            else:  # top-level cross-field errors name their own path: "path: message"
+                own_path, _, own_message = line.partition(": ")
+                pairs.append((own_path, own_message) if own_message else ("", line))
+    return pairs
+
+
+def spec_from_dict(data: Any, *, source: str | None = None) -> DeploymentSpec:
+    """Validate a parsed spec (a mapping); raise SpecError naming every failing field."""
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise SpecError(f"{source or 'spec'}: the top level must be a mapping, got {kind}")
+    try:
+        return DeploymentSpec.model_validate(data)
+    except ValidationError as err:
+        pairs = _error_pairs(err)
+        lines = [f"  {path}: {msg}" if path else f"  {msg}" for path, msg in pairs]
+        header = f"invalid spec {source}:" if source else "invalid spec:"
+        raise SpecError("\n".join([header, *lines]), pairs) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: list[Any] = []
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.append(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_spec(path: str | Path) -> DeploymentSpec:
+    """Load and validate a spec from a YAML (or JSON) file; an empty file is the default."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read spec: {err.strerror or err}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, _UniqueKeyLoader)
+    except json.JSONDecodeError as err:
+        raise SpecError(f"{path}:{err.lineno}:{err.colno}: invalid JSON: {err.msg}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError(f"{where}: invalid YAML: {problem}") from None
+    return spec_from_dict({} if data is None else data, source=str(path))
+
+
+def to_yaml(spec: DeploymentSpec) -> str:
+    """Dump a spec as YAML that `load_spec` reads back to an equal spec."""
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """JSON schema of DeploymentSpec (validation mode): the source of the CRD and Helm schema."""
+    return DeploymentSpec.model_json_schema(mode="validation")

@@ -1,0 +1,251 @@
+"""`agentserve train-drafter`: data -> features -> train -> export, each stage resumable.
+
+Reproduces the shipped DFlash drafter for the bundled model end to end on a CPU:
+  data      prompts (seeded + written by the model), target responses via vLLM
+  features  target hidden states at the drafter's layers, bf16 shards
+  train     drafter training with checkpoints (train_log.jsonl holds the curve)
+  export    vLLM-format drafter directory + model card
+Every stage skips work already on disk, so rerunning the command continues a stopped job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+__all__ = ["add_parser", "run"]
+
+STAGES = ("data", "features", "train", "export")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train-drafter",
+        help="train a DFlash drafter for a model (default: the bundled one), resumable",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model", default="smollm2-135m-instruct", help="bundled model name or local HF dir"
+    )
+    p.add_argument(
+        "--work-dir",
+        default="runs/drafter-smollm2",
+        help="data, features, checkpoints (default: %(default)s)",
+    )
+    p.add_argument(
+        "--stage",
+        choices=(*STAGES, "all"),
+        default="all",
+        help="run one stage or all (default: %(default)s)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="export directory (default: the shipped drafter's directory for the bundled model)",
+    )
+    data = p.add_argument_group("data")
+    data.add_argument(
+        "--num-prompts",
+        type=int,
+        default=3000,
+        help="seeded training prompts (default: %(default)s)",
+    )
+    data.add_argument(
+        "--self-written",
+        type=int,
+        default=600,
+        help="prompts the model writes itself (default: %(default)s)",
+    )
+    data.add_argument(
+        "--max-tokens", type=int, default=256, help="response length cap (default: %(default)s)"
+    )
+    data.add_argument(
+        "--sampled-fraction",
+        type=float,
+        default=0.4,
+        help="responses sampled at T=0.8 instead of greedy",
+    )
+    model = p.add_argument_group("drafter")
+    model.add_argument(
+        "--layers", type=int, default=2, help="drafter layers (default: %(default)s)"
+    )
+    model.add_argument(
+        "--block-size", type=int, default=16, help="block size (default: %(default)s)"
+    )
+    model.add_argument(
+        "--init-from", default="28,29", help="target layers to warm-start from ('' = random)"
+    )
+    train = p.add_argument_group("training")
+    train.add_argument("--steps", type=int, default=3000, help="(default: %(default)s)")
+    train.add_argument(
+        "--batch-size", type=int, default=4, help="sequences per step (default: %(default)s)"
+    )
+    train.add_argument(
+        "--blocks-per-seq", type=int, default=16, help="anchors per sequence (default: %(default)s)"
+    )
+    train.add_argument(
+        "--lr", type=float, default=6e-4, help="peak learning rate (default: %(default)s)"
+    )
+    train.add_argument("--seed", type=int, default=0)
+    p.set_defaults(handler=run)
+
+
+def _record_command(work: Path, stages: tuple[str, ...]) -> None:
+    """Keep the exact command that ran each stage (the model card quotes them)."""
+    import shlex
+    import sys
+
+    command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    for stage in stages:
+        (work / f"{stage}.command").write_text(command + "\n")
+
+
+def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
+    from dflash.train.prompts import Prompt, check_disjoint, heldout_prompts, training_prompts
+    from dflash.train.responses import (
+        generate_responses,
+        load_responses,
+        self_written_prompts,
+        start_engine,
+    )
+
+    responses = work / "responses.jsonl"
+    prompts = training_prompts(args.num_prompts, seed=args.seed)
+    self_path = work / "self_prompts.jsonl"
+    total = len(prompts) + args.self_written
+    if len(load_responses(responses)) >= total:
+        print(f"data: {responses} complete")
+        return
+    llm = start_engine(str(model_dir), max_model_len=1024, max_num_seqs=64, seed=args.seed)
+    if args.self_written and not self_path.exists():
+        from dflash.train.prompts import TOPICS
+
+        own = self_written_prompts(llm, TOPICS, args.self_written, seed=args.seed)
+        self_path.write_text("".join(json.dumps(p.__dict__) + "\n" for p in own))
+    if self_path.exists():
+        prompts += [Prompt(**json.loads(line)) for line in self_path.read_text().splitlines()]
+    check_disjoint(prompts, heldout_prompts())
+    generate_responses(
+        llm,
+        prompts,
+        responses,
+        max_tokens=args.max_tokens,
+        sampled_fraction=args.sampled_fraction,
+        seed=args.seed,
+    )
+
+
+def _drafter_config(args: argparse.Namespace, target, tokenizer):
+    from agentserve.drafters import mask_token_id_for
+    from dflash.config import DFlashConfig
+
+    return DFlashConfig.for_target(
+        target.config,
+        mask_token_id=mask_token_id_for(args.model, tokenizer),
+        block_size=args.block_size,
+        num_hidden_layers=args.layers,
+    )
+
+
+def _write_card(args, out: Path, work: Path, target, drafter, tokenizer, step: int) -> None:
+    """Evaluate tau on held-out prompts and write README.md, loss_curve.png, eval.json."""
+    from collections import Counter
+
+    from agentserve.drafter_card import evaluate_tau, write_card
+    from agentserve.reference import chat_prompt_ids
+    from dflash.train.prompts import heldout_prompts
+    from dflash.train.responses import load_responses
+
+    held = heldout_prompts()
+    picked = [p for p in held if p.source == "humaneval"][:16] + [
+        p for p in held if p.source == "math-heldout"
+    ][:16]
+    prompts = [chat_prompt_ids(tokenizer, p.text) for p in picked]
+    evals = [
+        evaluate_tau(target, drafter, prompts, tokenizer.eos_token_id, k)
+        for k in (7, drafter.config.num_draft_tokens)
+    ]
+    records = load_responses(work / "responses.jsonl")
+    data = {
+        "responses": len(records),
+        "by_source": dict(Counter(r["source"] for r in records)),
+        "response_tokens": sum(len(r["response_ids"]) for r in records),
+        "heldout_eval_prompts": len(prompts),
+    }
+    commands = [
+        (work / f"{s}.command").read_text().strip()
+        for s in STAGES
+        if (work / f"{s}.command").exists()
+    ]
+    write_card(
+        out,
+        command=" && ".join(dict.fromkeys(commands)) or "agentserve train-drafter",
+        config=drafter.config.to_hf_dict(),
+        train_config=json.loads((work / "train" / "train_config.json").read_text()),
+        data=data,
+        evals=evals,
+        step=step,
+        log_path=work / "train" / "train_log.jsonl",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import AutoTokenizer
+
+    from agentserve.drafters import DRAFTER_ROOT, shipped_drafter
+    from agentserve.models import resolve_model
+
+    model_dir = resolve_model(args.model)
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    stages = STAGES if args.stage == "all" else (args.stage,)
+    _record_command(work, stages)
+    if "data" in stages:
+        _stage_data(args, model_dir, work)
+    if not set(stages) & {"features", "train", "export"}:
+        return 0
+
+    from dflash.export import save_drafter
+    from dflash.model import DFlashDrafter
+    from dflash.target import load_target
+    from dflash.train.features import FeatureStore, extract_features
+    from dflash.train.responses import load_responses
+    from dflash.train.trainer import TrainConfig, init_from_target, train
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    target = load_target(str(model_dir), dtype=torch.bfloat16)
+    cfg = _drafter_config(args, target, tokenizer)
+    if "features" in stages:
+        records = [r for r in load_responses(work / "responses.jsonl") if r["response_ids"]]
+        if not records:
+            raise FileNotFoundError(f"no responses in {work}: run --stage data first")
+        extract_features(target, records, cfg.target_layer_ids, work / "features")
+    drafter = DFlashDrafter(cfg)
+    if "train" in stages:
+        if args.init_from:
+            init_from_target(drafter, target, [int(i) for i in args.init_from.split(",")])
+        tc = TrainConfig(
+            steps=args.steps,
+            batch_size=args.batch_size,
+            blocks_per_seq=args.blocks_per_seq,
+            lr=args.lr,
+            seed=args.seed,
+        )
+        train(drafter, target, FeatureStore(work / "features"), tc, work / "train")
+    if "export" in stages:
+        state = torch.load(work / "train" / "checkpoint.pt", weights_only=False)
+        drafter.load_state_dict(state["drafter"])
+        out = (
+            Path(args.out)
+            if args.out
+            else (shipped_drafter(args.model) or DRAFTER_ROOT / "smollm2-135m-instruct-dflash")
+        )
+        save_drafter(drafter, out)
+        _write_card(
+            args, out, work, target, drafter.to(target.dtype).eval(), tokenizer, state["step"]
+        )
+        print(f"exported drafter (step {state['step']}) to {out}")
+    return 0

@@ -1,0 +1,141 @@
+"""The examples as a user runs them, against `agentserve up --traces` serving example 03's
+tenants spec on the fake engine: 01-chat, 02-multi-agent (its trace read back from
+Phoenix's API: agent -> tool/sub-agent -> chat -> ingress -> replica -> decode, one trace)
+and 03-sla-tenants. The same scripts run unchanged against the real engine."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from phoenix_api import ancestry, phoenix_spans
+from up_server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+INTERACTIVE_KEY = "sk-interactive-demo"
+
+
+@pytest.fixture(scope="module")
+def platform(start_up, tmp_path_factory):
+    """(UpServer, Phoenix URL) for example 03's spec with the fake engine."""
+    pytest.importorskip("agents")
+    from agentserve.cli_traces import PhoenixNotInstalledError, phoenix_executable
+
+    try:
+        phoenix_executable()
+    except PhoenixNotInstalledError as err:
+        pytest.skip(str(err))
+    spec = yaml.safe_load((EXAMPLES / "03-sla-tenants" / "tenants.yaml").read_text())
+    model = spec["models"][0]
+    model.update(engine="fake", max_model_len=4096)
+    model["replicas"]["num_cpus"] = 0.1
+    path = tmp_path_factory.mktemp("spec") / "tenants-fake.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    port = free_port()
+    with pytest.MonkeyPatch.context() as env:  # Phoenix's database in a temporary directory
+        env.setenv("PHOENIX_WORKING_DIR", str(tmp_path_factory.mktemp("phoenix")))
+        server = start_up(
+            "--spec",
+            str(path),
+            "--traces",
+            "--traces-port",
+            str(port),
+            "--traces-grpc-port",
+            str(free_port()),
+        )
+    return server, f"http://127.0.0.1:{port}"
+
+
+def _run_example(platform, script: str, *args: str, **env: str) -> str:
+    server, _ = platform
+    environ = {
+        **os.environ,
+        "AGENTSERVE_BASE_URL": f"{server.url}/v1",
+        "AGENTSERVE_API_KEY": INTERACTIVE_KEY,
+        "NO_PROXY": "127.0.0.1,localhost",
+        **env,
+    }
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=environ,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_01_chat(platform):
+    out = _run_example(platform, "01-chat/chat.py")
+    assert "assistant: echo: Name three prime numbers." in out
+    assert "assistant: echo: Which of them is the largest?" in out
+
+
+def test_02_multi_agent_one_trace_in_phoenix(platform):
+    _, phoenix = platform
+    out = _run_example(
+        platform, "02-multi-agent/multi_agent.py", OTEL_EXPORTER_OTLP_ENDPOINT=phoenix
+    )
+    assert out.startswith("answer: echo:")
+    assert "execute_tool calculator" in out and "invoke_agent coder" in out  # printed tree
+    trace_id = re.search(r"trace id: ([0-9a-f]{32})", out).group(1)
+    model = "smollm2-135m-instruct"
+    want = {
+        "multi-agent task",
+        "invoke_agent coordinator",
+        "execute_tool research",
+        "execute_tool code",
+        "invoke_agent researcher",
+        "invoke_agent coder",
+        "execute_tool search_files",
+        "execute_tool calculator",
+        f"chat {model}",
+        "ingress",
+        "queue_wait",
+        "replica",
+        "prefill",
+        "decode",
+    }
+    spans = phoenix_spans(phoenix, trace_id, want)
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    assert {s["context"]["trace_id"] for s in spans} == {trace_id}
+    chains = [ancestry(s, by_id) for s in spans if s["name"] == "decode"]
+    full = [
+        "replica",
+        "ingress",
+        f"chat {model}",
+        "invoke_agent researcher",
+        "execute_tool research",
+        "invoke_agent coordinator",
+        "multi-agent task",
+    ]
+    assert full in chains, chains  # a decode step of the researcher's model call
+    search = next(s for s in spans if s["name"] == "execute_tool search_files")
+    assert ancestry(search, by_id)[:2] == ["invoke_agent researcher", "execute_tool research"]
+    lengths = [
+        s["attributes"]["agentserve.spec_decode.acceptance_length"]
+        for s in spans
+        if s["name"] == "decode"
+    ]
+    assert max(lengths) > 1  # the fake engine accepts 2 tokens per step in text replies
+    ingress = next(s for s in spans if s["name"] == "ingress")
+    assert ingress["attributes"]["agentserve.tenant"] == "interactive"
+    assert ingress["attributes"]["gen_ai.conversation.id"].startswith("task-")
+    calculator = next(s for s in spans if s["name"] == "execute_tool calculator")
+    assert calculator["status_code"] == "ERROR"  # not arithmetic: the model got the error
+
+
+def test_03_sla_tenants(platform):
+    out = _run_example(platform, "03-sla-tenants/sla_tenants.py", "--requests", "6")
+    lines = out.splitlines()
+    for tenant in ("interactive", "batch"):
+        assert any(line.startswith(tenant) and "ok=" in line for line in lines), out
+        assert any(line.startswith("server:") and tenant in line for line in lines), out
+    assert any("deployment model-smollm2-135m-instruct replicas" in line for line in lines)

@@ -1,0 +1,29 @@
+"""`agentserve bench overhead --engine fake` end to end: the bare fake engine, then the
+same engine behind a fresh local Ray Serve app (serve/local.py, as `agentserve up` runs it)
+over HTTP; the JSON and the docs section come from those measurements (~40 s)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from agentserve.cli import main
+
+pytest.importorskip("ray.serve")
+
+
+def test_bench_overhead_fake_engine_through_ray_serve(tmp_path, capsys):
+    argv = ["bench", "overhead", "--engine", "fake", "--concurrency", "1,4", "--max-tokens", "8"]
+    assert main([*argv, "--fake-step-ms", "20", "--docs", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "benchmarks" / "platform_overhead.json").read_text())
+    assert report["platform"].startswith("HTTP + Ray Serve")
+    for lv in report["levels"]:
+        bare, platform = lv["bare"], lv["platform"]
+        assert lv["same_tokens"] and platform["output_tokens"] == 8 * platform["requests"]
+        assert bare["tpot_ms"] >= 19 and platform["tpot_ms"] >= 19  # one 20 ms step a token
+        assert platform["ttft_ms"] > bare["ttft_ms"]  # HTTP, ingress and a Ray handle hop
+        assert lv["overhead_ratio"] == pytest.approx(platform["tpot_ms"] / bare["tpot_ms"], 1e-3)
+    scaling = report["target"]["platform_throughput_scaling"]
+    assert scaling["4"] > 2  # four streams on a fake engine that does not slow with batch
+    assert "## Platform overhead" in (tmp_path / "benchmarks.md").read_text()
+    assert "| 4 |" in capsys.readouterr().out

@@ -1,0 +1,88 @@
+"""The real app: local Ray Serve + vLLM (CPU build) + bundled model + shipped DFlash drafter,
+driven by the official `openai` client. One engine start (~2 min on CPU) for the module.
+
+Run: .venv/bin/python -m pytest -q -m slow tests/integration/test_serve_vllm.py
+"""
+
+from __future__ import annotations
+
+import re
+
+import openai
+import pytest
+from agentserve.drafters import shipped_drafter
+from agentserve.models import BUNDLED_MODEL
+
+pytestmark = pytest.mark.slow
+
+PORT = 8766
+
+
+@pytest.fixture(scope="module")
+def client():
+    import ray
+    from agentserve.serve.app import build_app
+    from agentserve.spec import DeploymentSpec
+    from ray import serve
+
+    drafter = {"enabled": shipped_drafter(BUNDLED_MODEL) is not None}
+    spec = DeploymentSpec.model_validate(
+        {"models": [{"max_model_len": 1024, "drafter": drafter}], "server": {"port": PORT}}
+    )
+    ray.init(include_dashboard=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": PORT})
+    serve.run(build_app(spec), route_prefix="/")
+    yield openai.OpenAI(api_key="none", base_url=f"http://127.0.0.1:{PORT}/v1", max_retries=0)
+    serve.shutdown()
+    ray.shutdown()
+
+
+def test_chat_completions_models(client):
+    chat = client.chat.completions.create(
+        model=BUNDLED_MODEL,
+        messages=[{"role": "user", "content": "What is 2 plus 2?"}],
+        max_tokens=16,
+        temperature=0,
+    )
+    assert chat.choices[0].message.content and chat.usage.completion_tokens > 0
+    done = client.completions.create(
+        model=BUNDLED_MODEL, prompt="The capital of France is", max_tokens=8
+    )
+    assert done.choices[0].text
+    assert [m.id for m in client.models.list().data] == [BUNDLED_MODEL]
+
+
+def test_stream_is_incremental_with_usage_last(client):
+    stream = client.chat.completions.create(
+        model=BUNDLED_MODEL,
+        messages=[{"role": "user", "content": "Count from one to ten."}],
+        max_tokens=40,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) > 3
+    assert not chunks[-1].choices and chunks[-1].usage.completion_tokens > 0
+
+
+def test_client_mistakes_are_4xx(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model=BUNDLED_MODEL, messages=[{"role": "user", "content": "word " * 2000}]
+        )
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model=BUNDLED_MODEL, messages=[{"role": "user", "content": "x"}], temperature=5
+        )
+
+
+def test_metrics_show_dflash_acceptance(client):
+    import httpx
+
+    text = httpx.get(f"http://127.0.0.1:{PORT}/metrics").text
+    assert "agentserve_time_to_first_token_seconds_count" in text
+    if shipped_drafter(BUNDLED_MODEL) is not None:
+        drafts = re.search(r"agentserve_spec_decode_drafts_total\{[^}]*\} ([0-9.e+]+)", text)
+        assert drafts and float(drafts.group(1)) > 0, "the DFlash drafter is active"

@@ -1,0 +1,76 @@
+"""`agentserve up` with no spec, as the README runs it: local Ray, vLLM (CPU build), the
+bundled model and its shipped DFlash drafter; the openai client; DFlash visibly drafting
+in /metrics and `agentserve status`; Ctrl-C. One engine start (~2 min on CPU).
+
+Run: .venv/bin/python -m pytest -q -m slow tests/integration/test_up_real.py
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import httpx
+import openai
+import pytest
+from agentserve.drafters import shipped_drafter
+from agentserve.metrics_snapshot import parse_metrics
+from agentserve.models import BUNDLED_MODEL
+from up_server import agentserve_cmd
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(start_up):
+    assert shipped_drafter(BUNDLED_MODEL) is not None, (
+        "no shipped DFlash drafter for the bundled model: `up` would serve without speculation"
+    )
+    return start_up(ready_timeout_s=900)  # the default spec: bundled model + shipped drafter
+
+
+def test_default_up_serves_the_bundled_model_with_the_shipped_drafter(server):
+    assert server.ready["models"] == [BUNDLED_MODEL]
+    assert server.ready["drafters"][BUNDLED_MODEL] == str(shipped_drafter(BUNDLED_MODEL))
+
+
+def test_openai_client_and_dflash_acceptance_counters(server):
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+    for prompt in ("Count from one to twenty.", "List five colours, one per line."):
+        reply = client.chat.completions.create(
+            model=BUNDLED_MODEL,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=64,
+            temperature=0,
+        )
+        assert reply.choices[0].message.content and reply.usage.completion_tokens > 8
+    stream = client.chat.completions.create(
+        model=BUNDLED_MODEL,
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=16,
+        stream=True,
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    values = parse_metrics(httpx.get(f"{server.url}/metrics", timeout=30).text).models
+    model = values[BUNDLED_MODEL]
+    assert model["drafts"] > 0 and model["draft_tokens"] > 0
+    assert model["accepted_tokens"] > 0 and model["acceptance_length"] > 1.0
+
+
+def test_status_shows_acceptance_and_latency(server):
+    out = subprocess.run(
+        [*agentserve_cmd(), "status", "--url", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    (model,) = [r for r in records if r["kind"] == "model"]
+    assert model["acceptance_length"] > 1.0
+    (latency,) = [r for r in records if r["kind"] == "latency"]
+    assert latency["tpot_p50_ms"] is not None and latency["ttft_p50_ms"] is not None
+
+
+def test_ctrl_c_stops_cleanly(server):
+    assert server.stop() == 0, server.stderr()

@@ -1,0 +1,78 @@
+"""Latency model: fit from measured records, speculation schedule in vLLM's format."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from agentserve.autoscale.model import (
+    CPU_MEASUREMENTS,
+    LatencyModel,
+    Measurement,
+    drafted_for,
+    fit,
+    speculation_schedule,
+)
+
+
+def test_defaults_are_the_fit_of_the_cpu_measurements():
+    fitted = fit(CPU_MEASUREMENTS)
+    assert fitted == LatencyModel()
+    for r in CPU_MEASUREMENTS:  # within 8% of every measured step (batch-4 no-spec: 6%)
+        assert fitted.step_ms(r.batch, r.drafted) == pytest.approx(r.step_ms, rel=0.08)
+
+
+def test_fit_recovers_a_known_model():
+    truth = LatencyModel(
+        base_ms=20.0, knee_tokens=8.0, per_token_ms=1.5, alpha_1=0.8, alpha_drop_per_doubling=0.1
+    )
+    records = [
+        Measurement(b, k, truth.step_ms(b, k), truth.tau(b, k))
+        for b in (1, 2, 4, 8)
+        for k in (0, 3, 7)
+    ]
+    got = fit(records, prefill_ms_per_token=0.5)
+    assert got.base_ms == pytest.approx(20.0, abs=1e-3)
+    assert got.knee_tokens == 8.0 and got.per_token_ms == pytest.approx(1.5, abs=1e-3)
+    assert got.alpha_1 == pytest.approx(0.8, abs=1e-3)
+    assert got.alpha_drop_per_doubling == pytest.approx(0.1, abs=1e-3)
+    assert got.prefill_ms_per_token == 0.5
+    with pytest.raises(ValueError):
+        fit([Measurement(1, 0, 30.0)])
+
+
+def test_json_roundtrip(tmp_path):
+    m = LatencyModel(alpha_1=0.6)
+    (tmp_path / "m.json").write_text(m.to_json())
+    assert LatencyModel.load(tmp_path / "m.json") == m
+
+
+@pytest.mark.parametrize(
+    ("model", "max_num_seqs", "max_drafted", "expected"),
+    [
+        (LatencyModel(), 8, 7, [(1, 1, 4), (2, 2, 3), (3, 4, 2), (5, 8, 1)]),
+        (LatencyModel(), 16, 15, [(1, 1, 4), (2, 2, 3), (3, 4, 2), (5, 9, 1), (10, 16, 0)]),
+        (LatencyModel(), 4, 0, [(1, 4, 0)]),
+        (LatencyModel(alpha_1=0.0), 8, 7, [(1, 8, 0)]),  # nothing accepted: never draft
+        (
+            LatencyModel(alpha_1=0.7, alpha_drop_per_doubling=0.3),
+            8,
+            7,
+            [(1, 1, 4), (2, 3, 1), (4, 8, 0)],
+        ),
+    ],
+)
+def test_speculation_schedule(model, max_num_seqs, max_drafted, expected):
+    schedule = speculation_schedule(model, max_num_seqs, max_drafted)
+    assert schedule == expected
+    assert schedule[0][0] == 1 and schedule[-1][1] == max_num_seqs  # vLLM's contract
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(schedule))
+
+
+def test_schedule_only_drafts_where_it_pays():
+    m = LatencyModel()
+    for start, end, k in speculation_schedule(m, 16, 15):
+        for b in range(start, end + 1):
+            assert m.tpot_ms(b, k) <= m.tpot_ms(b, 0)
+    assert drafted_for([(1, 2, 5), (3, 4, 0)], 2) == 5
+    assert drafted_for([(1, 2, 5), (3, 4, 0)], 9) == 0

@@ -1,0 +1,147 @@
+"""Ray Serve adapter: a constructed AutoscalingContext drives the same decide()."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("ray.serve")
+
+from agentserve.autoscale.model import LatencyModel
+from agentserve.autoscale.policy import PolicySpec, PolicyState, Sla, TenantLatency
+from agentserve.autoscale.ray_policy import (
+    STATE_KEY,
+    SlaAutoscalingPolicy,
+    encode_replica_stats,
+    policy_spec_from_json,
+    policy_spec_to_json,
+    ray_autoscaling_config,
+    snapshot_from_context,
+)
+from agentserve.spec import DeploymentSpec, hash_api_key
+from ray.serve.autoscaling_policy import _apply_autoscaling_config
+from ray.serve.config import AutoscalingConfig, AutoscalingContext
+
+SPEC = DeploymentSpec.model_validate(
+    {
+        "models": [{"replicas": {"min_replicas": 1, "max_replicas": 6}}],
+        "tenants": [
+            {
+                "name": "chat",
+                "api_key_sha256": hash_api_key("k"),
+                "sla": {"ttft_p95_ms": 1000, "tpot_p95_ms": 50},
+            }
+        ],
+        "autoscaling": {"upscale_delay_s": 0},
+    }
+)
+
+
+def context(config, *, running=2, target=2, replicas_stats=(), state=None, now=1000.0, ongoing=4.0):
+    ids = [f"r{i}" for i in range(running)]
+    metrics: dict[str, dict[str, float]] = {}
+    for rid, stats in zip(ids, replicas_stats, strict=False):
+        for key, value in stats.items():
+            metrics.setdefault(key, {})[rid] = value
+    return AutoscalingContext(
+        deployment_id=None,
+        deployment_name="model",
+        app_name="agentserve",
+        current_num_replicas=running,
+        target_num_replicas=target,
+        running_replicas=ids,
+        total_num_requests=ongoing,
+        total_queued_requests=0.0,
+        aggregated_metrics=metrics,
+        raw_metrics={},
+        capacity_adjusted_min_replicas=config.min_replicas,
+        capacity_adjusted_max_replicas=config.max_replicas,
+        policy_state=state or {},
+        last_scale_up_time=None,
+        last_scale_down_time=None,
+        current_time=now,
+        config=config,
+    )
+
+
+def stats(ttft, tpot, rate=1.0):
+    tenants = {"chat": TenantLatency(ttft, tpot, 10)}
+    return encode_replica_stats(
+        tenants, arrival_rate_rps=rate, mean_prompt_tokens=100, mean_output_tokens=50
+    )
+
+
+def test_config_is_valid_for_ray_and_neutralises_its_delays():
+    raw = ray_autoscaling_config(SPEC, latency_model=LatencyModel())
+    config = AutoscalingConfig(**raw)
+    assert (config.min_replicas, config.max_replicas) == (1, 6)
+    assert config.upscale_delay_s == 0 and config.downscale_delay_s == 0
+    assert config.policy.policy_function.endswith("ray_policy:SlaAutoscalingPolicy")
+    policy = policy_spec_from_json(raw["policy"]["policy_kwargs"])
+    assert policy.slas == {"chat": Sla(1000, 50)} and policy.model == LatencyModel()
+    default = ray_autoscaling_config(
+        SPEC.model_copy(
+            update={"autoscaling": SPEC.autoscaling.model_copy(update={"policy": "ray_default"})}
+        )
+    )
+    assert "policy" not in default
+
+
+def test_policy_json_roundtrip():
+    spec = PolicySpec(slas={"a": Sla(1, 2)}, model=LatencyModel(alpha_1=0.5))
+    assert policy_spec_from_json(policy_spec_to_json(spec)) == spec
+
+
+def test_snapshot_from_context_takes_worst_replica_and_sums_rates():
+    raw = ray_autoscaling_config(SPEC)
+    config = AutoscalingConfig(**raw)
+    ctx = context(
+        config, running=2, target=3, replicas_stats=[stats(400, 20, 1.0), stats(900, 30, 2.0)]
+    )
+    snap = snapshot_from_context(ctx, PolicyState(last_up_s=990.0))
+    assert snap.tenants["chat"] == TenantLatency(900, 30, 20)
+    assert snap.arrival_rate_rps == 3.0 and snap.warming_ages_s == (10.0,)
+    assert (snap.ready_replicas, snap.draining_replicas, snap.in_flight) == (2, 0, 4)
+
+
+def test_ray_wrapper_runs_our_decision_and_keeps_state():
+    raw = ray_autoscaling_config(SPEC)
+    config = AutoscalingConfig(**raw)
+    policy = _apply_autoscaling_config(SlaAutoscalingPolicy(**raw["policy"]["policy_kwargs"]))
+    hot = [stats(1500, 30), stats(1400, 30)]  # TTFT ratio 1.5, upscale_delay_s 0
+    target, state = policy(context(config, replicas_stats=hot))
+    assert target == 3
+    assert (
+        state[STATE_KEY]["last_up_s"] == 1000.0
+        and state["agentserve_last"]["reason"] == "sla_ratio"
+    )
+    # the next tick sees the warming replica and holds (one action in flight)
+    target, state = policy(
+        context(config, running=2, target=3, replicas_stats=hot, state=state, now=1005.0)
+    )
+    assert target == 3
+    calm = [stats(300, 20), stats(300, 20)]
+    target, _ = policy(context(config, replicas_stats=calm, state=state, now=1010.0))
+    assert target == 2  # within downscale_delay_s of the scale-up: no down
+
+
+def _in_flight_per_four(snap, spec, state):
+    """A stand-in custom policy: one replica per 4 requests in flight, within bounds."""
+    from agentserve.autoscale.policy import ScaleDecision
+
+    target = min(spec.max_replicas, max(spec.min_replicas, -(-snap.in_flight // 4)))
+    return ScaleDecision(target, "per_four", state)
+
+
+class _PerFourPolicy(SlaAutoscalingPolicy):
+    policy = staticmethod(_in_flight_per_four)
+
+
+def test_a_subclass_runs_its_own_policy_with_the_same_plumbing():
+    raw = ray_autoscaling_config(SPEC, policy_function="my_module:PerFour")
+    assert raw["policy"]["policy_function"] == "my_module:PerFour"
+    config = AutoscalingConfig(**ray_autoscaling_config(SPEC))  # Ray imports the path
+    policy = _apply_autoscaling_config(_PerFourPolicy(**raw["policy"]["policy_kwargs"]))
+    target, state = policy(context(config, ongoing=13.0))
+    assert target == 4 and state["agentserve_last"]["reason"] == "per_four"
+    target, _ = policy(context(config, ongoing=40.0))
+    assert target == 6  # max_replicas

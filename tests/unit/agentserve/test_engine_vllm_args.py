@@ -1,0 +1,82 @@
+"""DeploymentSpec -> vLLM engine arguments."""
+
+from __future__ import annotations
+
+import pytest
+from agentserve.engine.vllm import DrafterMissingError, engine_kwargs, speculative_config
+from agentserve.spec import DeploymentSpec
+
+
+def _model(**drafter):
+    return DeploymentSpec.model_validate({"models": [{"name": "m", "drafter": drafter}]}).models[0]
+
+
+def test_no_drafter_means_no_speculation():
+    kwargs = engine_kwargs(_model(), "/models/x")
+    assert kwargs["speculative_config"] is None
+    assert kwargs["model"] == "/models/x" and kwargs["served_model_name"] == ["m"]
+    assert kwargs["disable_log_stats"] is False
+
+
+def test_dflash_drafter_maps_to_speculative_config(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    cfg = speculative_config(_model(enabled=True, path=str(tmp_path), num_speculative_tokens=15))
+    assert cfg == {"method": "dflash", "model": str(tmp_path), "num_speculative_tokens": 15}
+
+
+def test_missing_drafter_dir_is_a_clear_error(tmp_path):
+    with pytest.raises(DrafterMissingError, match="train-drafter"):
+        speculative_config(_model(enabled=True, path=str(tmp_path / "missing")))
+
+
+def test_speculation_schedule_passes_through_to_vllm(tmp_path):
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    (tmp_path / "config.json").write_text("{}")
+    schedule = [[1, 1, 4], [2, 4, 2], [5, 8, 0]]
+    drafter = {"enabled": True, "path": str(tmp_path), "num_speculative_tokens": 4}
+    cfg = speculative_config(_model(**drafter, num_speculative_tokens_per_batch_size=schedule))
+    assert cfg["num_speculative_tokens_per_batch_size"] == [(1, 1, 4), (2, 4, 2), (5, 8, 0)]
+    lookup = build_dynamic_sd_schedule_lookup(cfg["num_speculative_tokens_per_batch_size"], 8, 4)
+    assert lookup[1:] == [4, 2, 2, 2, 0, 0, 0, 0]
+    assert "num_speculative_tokens_per_batch_size" not in speculative_config(_model(**drafter))
+
+
+@pytest.mark.parametrize(
+    "schedule, ok",
+    [
+        ([[1, 1, 3], [2, 16, 1]], True),
+        ([[1, 4, 2], [9, 16, 0]], True),  # a gap keeps the previous k (vLLM carries it)
+        ([[1, 7, 7]], True),
+        ([[2, 4, 1]], False),  # first range must start at 1
+        ([[1, 4, 1], [4, 8, 0]], False),  # overlap
+        ([[1, 4, 1], [9, 12, 0], [5, 8, 0]], False),  # unsorted (vLLM would sort it)
+        ([[1, 0, 1]], False),  # start > end
+        ([[1, 4, 8]], False),  # k > num_speculative_tokens (vLLM would clamp it)
+        ([[1, 4, -1]], False),
+        ([[1, 4]], False),
+        ([], False),
+    ],
+)
+def test_schedule_validation_is_at_least_as_strict_as_vllm(schedule, ok):
+    from agentserve.spec import SpecError, spec_from_dict
+    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+    drafter = {"enabled": True, "num_speculative_tokens": 7}
+    data = {"models": [{"drafter": {**drafter, "num_speculative_tokens_per_batch_size": schedule}}]}
+    if ok:
+        spec_from_dict(data)
+        validate_and_normalize_dynamic_sd_schedule(schedule)  # vLLM accepts it too
+    else:
+        with pytest.raises(SpecError, match="num_speculative_tokens_per_batch_size"):
+            spec_from_dict(data)
+
+
+def test_frontend_enables_tool_calling_with_a_text_parser():
+    from agentserve.engine.vllm import TOOL_CALL_PARSER, frontend_kwargs
+    from agentserve.spec import ModelSpec
+    from vllm.tool_parsers import ToolParserManager
+
+    kwargs = frontend_kwargs(ModelSpec())
+    assert kwargs == {"enable_auto_tool_choice": True, "tool_call_parser": TOOL_CALL_PARSER}
+    assert ToolParserManager.get_tool_parser(TOOL_CALL_PARSER) is not None

@@ -1,0 +1,243 @@
+"""agentserve.sdk over the in-process ingress and fake engine (ASGI transport, no Ray):
+one trace from the workflow through agents, tools and sub-agents to the chat calls and
+the server spans; session header; tool errors and timeouts reach the model; max turns;
+Pydantic AI's own GenAI spans joined the same way."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx2
+import pytest
+from agentserve import sdk
+from agentserve import tracing as t
+from agentserve.engine.fake import FakeEngine
+from agentserve.sdk.otel import format_tree
+from agentserve.serve.backend import LocalBackend
+from agentserve.serve.ingress import create_app
+from agentserve.spec import DeploymentSpec, TracingSpec
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+agents = pytest.importorskip("agents")
+MODEL = "m"
+
+
+class Platform:
+    """The ingress + fake engine in this process, with its server spans in memory."""
+
+    def __init__(self):
+        spec = DeploymentSpec.model_validate(
+            {"models": [{"name": MODEL, "engine": "fake", "max_model_len": 4096}]}
+        )
+        self.spans = InMemorySpanExporter()
+        tracer = t.make_tracer(TracingSpec(), {}, "server", exporter=self.spans)
+        self.engine = FakeEngine(MODEL, 4096)
+        asyncio.run(self.engine.start())
+        app = create_app(spec, {MODEL: LocalBackend(self.engine, tracer)}, tracer=tracer)
+        self.transport = httpx2.ASGITransport(app=app)
+
+    def connect(self) -> sdk.Connection:
+        return sdk.connect(
+            "http://agentserve.test/v1",
+            "none",
+            MODEL,
+            transport=self.transport,
+            set_global_provider=False,
+        )
+
+
+@pytest.fixture
+def platform():
+    return Platform()
+
+
+def _team():
+    from agents import Agent, ModelSettings, function_tool
+
+    @function_tool
+    def search_files(query: str) -> str:
+        """Find files mentioning `query`."""
+        return f"found 2 files for {query!r}"
+
+    @function_tool
+    def calculator(expression: str) -> str:
+        """Evaluate an arithmetic expression."""
+        raise ValueError(f"cannot evaluate {expression!r}")
+
+    required = ModelSettings(tool_choice="required")
+    researcher = Agent(name="researcher", tools=[search_files], model_settings=required)
+    coder = Agent(name="coder", tools=[calculator], model_settings=required)
+    return Agent(
+        name="coordinator",
+        tools=[
+            researcher.as_tool(tool_name="research", tool_description="Research a question."),
+            coder.as_tool(tool_name="code", tool_description="Write or run code."),
+        ],
+        model_settings=required,
+    )
+
+
+def _names(spans):
+    return {s.name for s in spans}
+
+
+def test_multi_agent_run_is_one_trace_from_workflow_to_decode(platform):
+    from agents import Runner, trace
+
+    conn = platform.connect()
+    assert conn.frameworks[0] == "openai-agents"
+
+    async def run():
+        with trace("task", group_id="conv-42"):
+            return await Runner.run(_team(), "compare two files", max_turns=4)
+
+    result = asyncio.run(run())
+    assert result.final_output.startswith("echo:")
+    client_spans = conn.recorder.spans()
+    server_spans = platform.spans.get_finished_spans()
+    assert {
+        "task",
+        "invoke_agent coordinator",
+        "execute_tool research",
+        "execute_tool code",
+        "invoke_agent researcher",
+        "invoke_agent coder",
+        "execute_tool search_files",
+        "execute_tool calculator",
+        f"chat {MODEL}",
+    } <= _names(client_spans)
+    assert {"ingress", "queue_wait", "replica", "prefill", "decode"} <= _names(server_spans)
+    everything = [*client_spans, *server_spans]
+    assert len({s.context.trace_id for s in everything}) == 1
+    by_id = {s.context.span_id: s for s in everything}
+
+    def ancestry(span):
+        names = []
+        while span.parent is not None and span.parent.span_id in by_id:
+            span = by_id[span.parent.span_id]
+            names.append(span.name)
+        return names
+
+    decode = next(s for s in server_spans if s.name == "decode")
+    chain = ancestry(decode)
+    assert chain[:3] == ["replica", "ingress", f"chat {MODEL}"]
+    calc = next(s for s in client_spans if s.name == "execute_tool calculator")
+    assert ancestry(calc)[:3] == [
+        "invoke_agent coder",
+        "execute_tool code",
+        "invoke_agent coordinator",
+    ]
+    assert calc.status.status_code.name == "ERROR"  # the run went on: the model saw the error
+    chat = next(s for s in client_spans if s.name == f"chat {MODEL}")
+    assert chat.attributes[t.OPERATION] == "chat" and chat.attributes[t.REQUEST_MODEL] == MODEL
+    assert chat.attributes[t.INPUT_TOKENS] > 0 and chat.attributes[t.OUTPUT_TOKENS] > 0
+    assert chat.attributes[t.FINISH_REASONS] in (("tool_calls",), ("stop",))
+    assert chat.attributes[t.CONVERSATION_ID] == "conv-42"
+    agent = next(s for s in client_spans if s.name == "invoke_agent coordinator")
+    assert agent.attributes[t.AGENT_NAME] == "coordinator"
+    assert {r.headers.get("x-session-id") for r in platform.engine.requests} == {"conv-42"}
+    tree = conn.trace_tree()
+    assert tree.splitlines()[0].startswith("task") and "execute_tool calculator" in tree
+
+
+def test_conversation_context_sets_the_session_header(platform):
+    from agents import Agent, Runner
+
+    platform.connect()
+
+    async def run():
+        with sdk.conversation("chat-7"):
+            return await Runner.run(Agent(name="solo"), "hi there")
+
+    assert asyncio.run(run()).final_output == "echo: hi there"
+    (request,) = platform.engine.requests
+    assert request.headers["x-session-id"] == "chat-7"
+    assert t.valid_traceparent(request.headers["traceparent"])
+
+
+def test_max_turns_guard_stops_a_looping_agent(platform):
+    from agents import Agent, ModelSettings, Runner, function_tool
+    from agents.exceptions import MaxTurnsExceeded
+
+    @function_tool
+    def again(text: str) -> str:
+        """Loop forever."""
+        return text
+
+    looping = Agent(
+        name="loop",
+        tools=[again],
+        model_settings=ModelSettings(tool_choice="required"),
+        reset_tool_choice=False,
+    )
+    platform.connect()
+    with pytest.raises(MaxTurnsExceeded):
+        asyncio.run(Runner.run(looping, "go", max_turns=3))
+
+
+def test_tool_timeout_becomes_a_tool_result(platform):
+    from agents import Agent, ModelSettings, Runner, function_tool
+
+    @function_tool(timeout=0.05)
+    async def slow(text: str) -> str:
+        """Too slow."""
+        await asyncio.sleep(5)
+        return text
+
+    agent = Agent(name="a", tools=[slow], model_settings=ModelSettings(tool_choice="required"))
+    conn = platform.connect()
+    result = asyncio.run(Runner.run(agent, "wait", max_turns=3))
+    assert result.final_output.startswith("echo:")
+    tool = next(s for s in conn.recorder.spans() if s.name == "execute_tool slow")
+    assert "timed out" in str(tool.attributes.get("gen_ai.tool.call.result", "")).lower()
+
+
+def test_pydantic_ai_spans_join_the_server_trace(platform):
+    pydantic_ai = pytest.importorskip("pydantic_ai")
+    conn = platform.connect()
+    assert "pydantic-ai" in conn.frameworks
+    agent = pydantic_ai.Agent(conn.pydantic_ai_model(), name="helper")
+
+    @agent.tool_plain
+    def lookup(text: str) -> str:
+        """Look something up."""
+        return "42"
+
+    result = asyncio.run(agent.run("what is it", conversation_id="conv-p"))
+    assert result.output.startswith("echo:")
+    client = conn.recorder.spans()
+    assert {"invoke_agent helper", f"chat {MODEL}"} <= _names(client)
+    server = platform.spans.get_finished_spans()
+    ingress = next(s for s in server if s.name == "ingress")
+    chat = next(s for s in client if s.name == f"chat {MODEL}")
+    assert ingress.parent.span_id == chat.context.span_id
+    assert ingress.context.trace_id == chat.context.trace_id
+    assert platform.engine.requests[0].headers.get("x-session-id") == "conv-p"
+
+
+def test_format_tree_orders_children_under_parents(platform):
+    from agents import Agent, Runner
+
+    conn = platform.connect()
+    asyncio.run(Runner.run(Agent(name="solo"), "hi"))
+    tree = format_tree(conn.recorder.spans())
+    lines = tree.splitlines()
+    assert lines[1].startswith("  invoke_agent solo") and lines[2].startswith("    chat m")
+
+
+def test_streamed_run_is_traced_the_same_way(platform):
+    from agents import Agent, Runner
+
+    conn = platform.connect()
+
+    async def run():
+        result = Runner.run_streamed(Agent(name="streamer"), "stream this please")
+        async for _ in result.stream_events():
+            pass
+        return result.final_output
+
+    assert asyncio.run(run()) == "echo: stream this please"
+    chat = next(s for s in conn.recorder.spans() if s.name == f"chat {MODEL}")
+    assert chat.attributes[t.FINISH_REASONS] == ("stop",)
+    ingress = next(s for s in platform.spans.get_finished_spans() if s.name == "ingress")
+    assert ingress.parent.span_id == chat.context.span_id

@@ -1,0 +1,202 @@
+"""Tracing: exporter configuration table, server spans joining the caller's trace (ingress ->
+queue wait -> replica -> prefill/decode with speculation figures), off = no spans, and a
+broken or hanging collector never failing or slowing a request."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import pytest
+from agentserve import tracing as t
+from agentserve.engine.fake import FakeEngine
+from agentserve.serve.backend import LocalBackend
+from agentserve.serve.ingress import create_app
+from agentserve.serve.spans import speculation_attributes
+from agentserve.spec import DeploymentSpec, TracingSpec, hash_api_key
+from fastapi.testclient import TestClient
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT}-01"
+MSG = [{"role": "user", "content": "one two three four five"}]
+
+
+@pytest.mark.parametrize(
+    ("spec", "env", "want"),
+    [
+        ({}, {}, None),
+        ({"enabled": True}, {}, None),  # on, but nowhere to send
+        ({"otlp_endpoint": "http://c:4318"}, {}, ("http://c:4318/v1/traces", "http/protobuf")),
+        ({}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://e:4318/"}, ("http://e:4318/v1/traces", None)),
+        ({}, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://e:9/x"}, ("http://e:9/x", None)),
+        (
+            {},
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://e:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            ("http://e:4317", "grpc"),
+        ),
+        # an explicit `enabled: false` (as in a dumped spec) silences the spec's endpoint only
+        ({"enabled": False, "otlp_endpoint": "http://c:4318"}, {}, None),
+        (
+            {"enabled": False, "otlp_endpoint": "http://c:4318"},
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://e:4318"},
+            ("http://e:4318/v1/traces", None),
+        ),
+        ({"otlp_endpoint": "http://c:4318"}, {"OTEL_SDK_DISABLED": "true"}, None),
+        ({"otlp_endpoint": "http://c:4318"}, {"OTEL_TRACES_EXPORTER": "none"}, None),
+    ],
+)
+def test_trace_export_table(spec, env, want):
+    got = t.trace_export(TracingSpec(**spec), env)
+    if want is None:
+        assert got is None
+        return
+    assert got.endpoint == want[0]
+    assert got.protocol == (want[1] or "http/protobuf")
+
+
+def test_service_name_from_env_and_off_means_noop_tracer():
+    export = t.trace_export(
+        TracingSpec(otlp_endpoint="http://c:4318", service_name="a"), {"OTEL_SERVICE_NAME": "b"}
+    )
+    assert export.service_name == "b"
+    tracer = t.make_tracer(TracingSpec(), {}, "ingress")
+    assert isinstance(tracer, trace.NoOpTracer)
+    assert not tracer.start_span("x").is_recording()
+
+
+@pytest.mark.parametrize(
+    ("steps", "tokens", "k", "want"),
+    [
+        (0, 0, 4, {t.DECODE_STEPS: 0}),
+        (5, 10, 4, (5, 20, 5, 2.0)),
+        (4, 4, 0, (4, 0, 0, 1.0)),  # no drafter: one token per step
+    ],
+)
+def test_speculation_attributes(steps, tokens, k, want):
+    got = speculation_attributes(steps, tokens, k)
+    if isinstance(want, dict):
+        assert got == want
+        return
+    keys = (t.DECODE_STEPS, t.DRAFT_TOKENS, t.ACCEPTED_TOKENS, t.ACCEPTANCE_LENGTH)
+    assert tuple(got[k] for k in keys) == want
+
+
+def _spec(tenants=()):
+    return DeploymentSpec.model_validate(
+        {
+            "models": [{"name": "m", "engine": "fake", "max_model_len": 128}],
+            "tenants": list(tenants),
+        }
+    )
+
+
+def _traced_client(spec=None):
+    exporter = InMemorySpanExporter()
+    tracer = t.make_tracer(TracingSpec(), {}, "test", exporter=exporter)
+    engine = FakeEngine("m", 128)
+    asyncio.run(engine.start())
+    app = create_app(spec or _spec(), {"m": LocalBackend(engine, tracer)}, tracer=tracer)
+    return TestClient(app), engine, exporter
+
+
+def _by_name(exporter):
+    return {s.name: s for s in exporter.get_finished_spans()}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_server_spans_continue_the_callers_trace(stream):
+    client, engine, exporter = _traced_client()
+    r = client.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": MSG, "stream": stream},
+        headers={"traceparent": TRACEPARENT, "x-session-id": "conv-1"},
+    )
+    assert r.status_code == 200
+    spans = _by_name(exporter)
+    assert set(spans) == {"ingress", "queue_wait", "replica", "prefill", "decode"}
+    assert {format(s.context.trace_id, "032x") for s in spans.values()} == {TRACE_ID}
+    ingress = spans["ingress"]
+    assert format(ingress.parent.span_id, "016x") == PARENT
+    assert ingress.kind == trace.SpanKind.SERVER
+    for child in ("queue_wait", "replica"):
+        assert spans[child].parent.span_id == ingress.context.span_id
+    for child in ("prefill", "decode"):
+        assert spans[child].parent.span_id == spans["replica"].context.span_id
+    a = ingress.attributes
+    assert a[t.CONVERSATION_ID] == "conv-1" and a[t.REQUEST_MODEL] == "m"
+    assert a[t.INPUT_TOKENS] == 6 and a[t.OUTPUT_TOKENS] == 6
+    assert a[t.FINISH_REASONS] == ("stop",) and a["http.response.status_code"] == 200
+    decode = spans["decode"].attributes  # fake: 2 tokens per step, 4 drafted per step
+    assert decode[t.DECODE_STEPS] == 3 and decode[t.ACCEPTANCE_LENGTH] == 2.0
+    assert decode[t.ACCEPTED_TOKENS] == 3 and decode[t.DRAFT_TOKENS] == 12
+    # the engine got the ingress span as its parent, not the caller's span
+    (request,) = engine.requests
+    assert request.headers["traceparent"].split("-")[2] == format(ingress.context.span_id, "016x")
+
+
+def test_rejected_request_ends_ingress_span_with_error():
+    spec = _spec([{"name": "a", "api_key_sha256": hash_api_key("sk-a"), "sla": {}}])
+    client, _, exporter = _traced_client(spec)
+    r = client.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
+    assert r.status_code == 401
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "ingress" and span.status.status_code == trace.StatusCode.ERROR
+    assert span.attributes["http.response.status_code"] == 401
+
+
+def test_untraced_ingress_passes_the_callers_headers_on():
+    engine = FakeEngine("m", 128)
+    asyncio.run(engine.start())
+    client = TestClient(create_app(_spec(), {"m": LocalBackend(engine)}))
+    headers = {"traceparent": TRACEPARENT, "tracestate": "k=v", "baggage": "b=1"}
+    assert client.post(
+        "/v1/chat/completions", json={"model": "m", "messages": MSG}, headers=headers
+    ).is_success
+    got = engine.requests[0].headers
+    assert {k: got[k] for k in headers} == headers
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Blackhole:
+    """A TCP server that accepts and never answers (a hung collector)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+
+@pytest.mark.parametrize("collector", ["refused", "hanging"])
+def test_broken_collector_never_fails_or_slows_requests(collector):
+    port = _closed_port() if collector == "refused" else _Blackhole().port
+    tracer = t.make_tracer(TracingSpec(otlp_endpoint=f"http://127.0.0.1:{port}"), {}, "ingress")
+    assert tracer.start_span("probe").is_recording()
+    engine = FakeEngine("m", 128)
+    asyncio.run(engine.start())
+    client = TestClient(create_app(_spec(), {"m": LocalBackend(engine, tracer)}, tracer=tracer))
+    started = time.monotonic()
+    for i in range(30):
+        body = {"model": "m", "messages": MSG, "stream": i % 2 == 0}
+        assert client.post("/v1/chat/completions", json=body).status_code == 200
+        time.sleep(0.05)  # let the batch exporter try (and fail) meanwhile
+    assert time.monotonic() - started < 10

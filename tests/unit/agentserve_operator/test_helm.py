@@ -1,0 +1,123 @@
+"""The Helm chart: `helm lint --strict` and `helm template` with each ci/ values file; every
+rendered object validates against Kubernetes' schemas, and the operator deploys the rendered
+AgentServe. Needs helm (helm/install-helm.sh puts it in .venv/bin); skipped without it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from agentserve_operator.crd import CHART_DIR
+from agentserve_operator.fake import FakeCluster
+from agentserve_operator.reconcile import reconcile
+
+VALUES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
+kv = pytest.importorskip("kubernetes_validate")
+
+
+def _helm() -> str | None:
+    beside_python = Path(sys.executable).parent / "helm"
+    for candidate in (os.environ.get("HELM"), str(beside_python), shutil.which("helm")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+HELM = _helm()
+pytestmark = pytest.mark.skipif(HELM is None, reason="helm not found: run helm/install-helm.sh")
+
+
+@pytest.fixture(scope="module")
+def chart(tmp_path_factory) -> Path:
+    """A copy of the chart with an offline stand-in for the kuberay-operator dependency
+    (no network here; a user runs `helm dependency build` instead)."""
+    root = tmp_path_factory.mktemp("chart") / "agentserve"
+    shutil.copytree(CHART_DIR, root)
+    stub = root / "charts" / "kuberay-operator"
+    stub.mkdir(parents=True)
+    (stub / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: kuberay-operator\nversion: 1.4.2\ndescription: stand-in\n"
+    )
+    return root
+
+
+def helm(*args: str) -> str:
+    done = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def render(chart: Path, values: Path, *sets: str) -> list[dict]:
+    out = helm("template", "rel", str(chart), "-f", str(values), *sets)
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.mark.parametrize("values", VALUES, ids=[v.stem for v in VALUES])
+def test_helm_lint_strict(chart, values):
+    helm("lint", "--strict", str(chart), "-f", str(values))
+
+
+@pytest.mark.parametrize("values", VALUES, ids=[v.stem for v in VALUES])
+def test_rendered_objects_validate(chart, values):
+    for obj in render(chart, values):
+        if obj["apiVersion"].startswith(("agentserve.dev", "monitoring.coreos.com")):
+            continue  # checked below / not in Kubernetes' own schemas
+        kv.validate(obj, "1.30", strict=True)
+
+
+def test_operator_pod_has_secure_defaults(chart):
+    [deploy] = [o for o in render(chart, VALUES[0]) if o["kind"] == "Deployment"]
+    pod = deploy["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"]
+    assert "agentserve_operator.handlers" in container["args"]
+
+
+def test_no_agentserve_without_a_model(chart):
+    kinds = {o["kind"] for o in render(chart, CHART_DIR / "ci" / "default-values.yaml")}
+    assert "AgentServe" not in kinds and "Secret" not in kinds
+
+
+def test_set_model_source_creates_a_deployable_agentserve(chart):
+    """`helm install --set model.source=...`: the operator accepts the rendered CR."""
+    objs = render(chart, CHART_DIR / "ci" / "default-values.yaml", "--set", "model.source=bundled")
+    [cr] = [o for o in objs if o["kind"] == "AgentServe"]
+    [secret] = [o for o in objs if o["kind"] == "Secret"]
+    key = base64.b64decode(secret["data"]["default"]).decode()
+    assert key.startswith("sk-") and key not in yaml.safe_dump(cr)
+    cluster = FakeCluster()
+    cluster.put({**secret, "data": {}, "stringData": {"default": key}})
+    result = reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z")
+    assert result.error is None
+    assert {"RayService", "Service", "ConfigMap"} <= set(cluster.kinds())
+
+
+@pytest.mark.parametrize("values", ["gpu-values.yaml", "full-values.yaml"])
+def test_rendered_agentserve_is_valid_for_the_operator(chart, values):
+    objs = render(chart, CHART_DIR / "ci" / values)
+    [cr] = [o for o in objs if o["kind"] == "AgentServe"]
+    tenants = [t["name"] for t in cr["spec"]["tenants"]]
+    cluster = FakeCluster()
+    secret = cr["spec"]["kubernetes"]["api_key_secret"]
+    cluster.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
+                 "stringData": {t: f"sk-{t}" for t in tenants}})  # fmt: skip
+    result = reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z")
+    assert result.error is None, result.error
+
+
+def test_values_schema_rejects_a_bad_model(chart):
+    done = subprocess.run(
+        [HELM, "template", "rel", str(chart), "--set", "model.max_num_seqs=0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0 and "max_num_seqs" in done.stderr

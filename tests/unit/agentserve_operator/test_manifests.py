@@ -1,0 +1,160 @@
+"""Child manifests: what one CR deploys, validated against Kubernetes and RayService schemas."""
+
+from __future__ import annotations
+
+import importlib
+
+import jsonschema
+import pytest
+import yaml
+from agentserve.spec import hash_api_key
+from agentserve_operator import manifests as m
+from agentserve_operator.resource import desired_from_cr
+from operator_cases import GPU_CR, gpu_cr
+from rayservice_schema import RAYSERVICE_SCHEMA, SERVE_CONFIG_SCHEMA
+
+KEYS = {"alice": "sk-alice-secret"}
+kv = pytest.importorskip("kubernetes_validate")
+
+
+def desired(cr=GPU_CR):
+    cr = {**cr, "metadata": {**cr["metadata"], "uid": "u-1"}}
+    return desired_from_cr(cr, KEYS)
+
+
+def by_kind(d=None, monitoring=True):
+    """Children by role: the kind, or AdminService for the admin Service."""
+    objs = m.children(d or desired(), monitoring_available=monitoring)
+    return {_role(o): o for o in objs}
+
+
+def _role(obj):
+    admin = obj["metadata"]["labels"][m.LABEL_COMPONENT] == "admin"
+    return "AdminService" if obj["kind"] == "Service" and admin else obj["kind"]
+
+
+def test_children_kinds_and_owner_references():
+    objs = by_kind()
+    assert list(objs) == ["ConfigMap", "RayService", "Service", "AdminService", "ServiceMonitor"]
+    for obj in objs.values():
+        [owner] = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("AgentServe", "u-1", True)
+    assert "ServiceMonitor" not in by_kind(monitoring=False)
+
+
+@pytest.mark.parametrize("kind", ["ConfigMap", "Service"])
+def test_core_objects_validate_strictly(kind):
+    kv.validate(by_kind()[kind], "1.30", strict=True)
+
+
+def test_pod_templates_validate_strictly():
+    rs = by_kind()["RayService"]["spec"]["rayClusterConfig"]
+    groups = [rs["headGroupSpec"], *rs["workerGroupSpecs"]]
+    for group in groups:
+        pod_template = {"apiVersion": "v1", "kind": "PodTemplate",
+                        "metadata": {"name": "t"}, "template": group["template"]}  # fmt: skip
+        kv.validate(pod_template, "1.30", strict=True)
+
+
+def test_rayservice_matches_schema_subset():
+    rs = by_kind()["RayService"]
+    jsonschema.validate(rs, RAYSERVICE_SCHEMA)
+    jsonschema.validate(yaml.safe_load(rs["spec"]["serveConfigV2"]), SERVE_CONFIG_SCHEMA)
+
+
+def test_head_has_no_gpus_and_workers_get_gpu_selector_tolerations():
+    cluster = by_kind()["RayService"]["spec"]["rayClusterConfig"]
+    head = cluster["headGroupSpec"]
+    assert head["rayStartParams"]["num-gpus"] == "0"
+    assert m.GPU not in str(head["template"])
+    [worker] = cluster["workerGroupSpecs"]
+    pod = worker["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"][m.GPU] == "1"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert (worker["minReplicas"], worker["maxReplicas"]) == (1, 4)
+    assert "replicas" not in worker  # owned by Ray's autoscaler
+    assert cluster["enableInTreeAutoscaling"] is True
+
+
+def test_serve_config_runs_the_spec_and_pins_replicas_to_their_group():
+    d = desired()
+    config = yaml.safe_load(by_kind(d)["RayService"]["spec"]["serveConfigV2"])
+    [app] = config["applications"]
+    assert app["import_path"] == m.APP_IMPORT_PATH
+    assert app["args"]["spec"] == d.spec.model_dump(mode="json")
+    deployment, ingress = app["deployments"]
+    group = m.worker_group_name("qwen3-8b")
+    assert deployment["ray_actor_options"]["resources"] == {group: 1}
+    worker = by_kind(d)["RayService"]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    assert group in worker["rayStartParams"]["resources"]
+    assert ingress == {
+        "name": "ingress",
+        "ray_actor_options": {"num_cpus": 0, "resources": {m.HEAD_RESOURCE: 1}},
+    }
+
+
+def test_admin_endpoints_only_on_the_head_pods_admin_port():
+    d = desired()
+    objs = by_kind(d)
+    port = d.spec.server.metrics_port
+    assert port == 9400 and port != d.spec.server.port
+    head = objs["RayService"]["spec"]["rayClusterConfig"]["headGroupSpec"]
+    assert m.HEAD_RESOURCE in head["rayStartParams"]["resources"]
+    assert {"name": "admin", "containerPort": port} in head["template"]["spec"]["containers"][0][
+        "ports"
+    ]
+    admin = objs["AdminService"]["spec"]
+    assert admin["type"] == "ClusterIP"
+    assert admin["selector"] == {m.LABEL_DEPLOYMENT: d.name, "ray.io/node-type": "head"}
+    assert admin["ports"] == [
+        {"name": "admin", "port": port, "targetPort": port, "protocol": "TCP"}
+    ]
+    assert [p["port"] for p in objs["Service"]["spec"]["ports"]] == [d.spec.server.port]
+    monitor = objs["ServiceMonitor"]["spec"]
+    assert monitor["selector"]["matchLabels"][m.LABEL_COMPONENT] == "admin"
+    assert monitor["endpoints"] == [{"port": "admin", "path": "/metrics", "interval": "15s"}]
+    kv.validate(objs["AdminService"], "1.30", strict=True)
+
+
+def test_api_keys_only_as_hashes():
+    objs = by_kind()
+    text = yaml.safe_dump(objs)
+    assert "sk-alice-secret" not in text
+    assert hash_api_key("sk-alice-secret") in objs["ConfigMap"]["data"]["spec.yaml"]
+
+
+def test_drafter_change_changes_only_the_serve_config():
+    before = by_kind()["RayService"]["spec"]
+    cr = gpu_cr()
+    cr["spec"]["models"][0]["drafter"]["num_speculative_tokens"] = 3
+    after = by_kind(desired(cr))["RayService"]["spec"]
+    assert after["rayClusterConfig"] == before["rayClusterConfig"]
+    assert "num_speculative_tokens: 3" in after["serveConfigV2"]
+
+
+def test_one_worker_group_per_model():
+    cr = gpu_cr()
+    cr["spec"]["models"].append({"name": "org/small:v1", "source": "/models/small"})
+    groups = by_kind(desired(cr))["RayService"]["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    names = [g["groupName"] for g in groups]
+    assert len(set(names)) == 2 and names[1].startswith("org-small-v1-")
+    assert m.GPU not in str(groups[1]["template"])  # num_gpus 0 -> no GPU request
+
+
+def test_serve_deployment_names_match_the_serving_app():
+    app = pytest.importorskip("agentserve.serve.app")
+    for model in ["qwen3-8b", "org/small:v1"]:
+        assert m.serve_deployment_name(model) == app.deployment_name(model)
+
+
+def test_app_import_path_builds_the_serve_app():
+    module, attr = m.APP_IMPORT_PATH.split(":")
+    builder = getattr(importlib.import_module(module), attr)
+    spec = {"models": [{"name": "m", "engine": "fake"}]}
+    app = builder({"spec": spec})
+    assert type(app).__name__ == "Application"
+    with pytest.raises(ValueError, match="spec"):
+        builder({})

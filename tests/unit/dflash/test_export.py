@@ -1,0 +1,77 @@
+"""Drafter checkpoints: round trip, vLLM naming, published-format variants."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from dflash.config import DFlashConfig, default_target_layer_ids
+from dflash.export import load_drafter, save_drafter
+
+
+def test_round_trip_preserves_weights(tiny_drafter, tmp_path):
+    path = save_drafter(tiny_drafter, tmp_path / "drafter", dtype=torch.float32)
+    loaded = load_drafter(path)
+    for name, tensor in tiny_drafter.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor)
+    assert loaded.config == tiny_drafter.config
+
+
+def test_config_is_the_vllm_dflash_format(tiny_drafter, tmp_path):
+    path = save_drafter(tiny_drafter, tmp_path / "d")
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["architectures"] == ["DFlashDraftModel"]
+    assert cfg["model_type"] == "qwen3"
+    assert cfg["dflash_config"] == {
+        "mask_token_id": tiny_drafter.config.mask_token_id,
+        "target_layer_ids": tiny_drafter.config.target_layer_ids,
+    }
+    names = set(load_file(path / "model.safetensors"))
+    assert {"fc.weight", "hidden_norm.weight", "norm.weight"} <= names
+    assert "layers.0.self_attn.q_norm.weight" in names
+    assert "layers.1.mlp.gate_proj.weight" in names
+    assert not any(n.startswith(("embed_tokens", "lm_head", "model.")) for n in names)
+    assert all(t.dtype == torch.bfloat16 for t in load_file(path / "model.safetensors").values())
+
+
+def test_published_naming_variants_load(tiny_drafter, tmp_path):
+    """A checkpoint with a `model.` prefix and a shipped embedding still loads."""
+    d = tmp_path / "published"
+    d.mkdir()
+    state = {f"model.{k}": v for k, v in tiny_drafter.state_dict().items()}
+    state["embed_tokens.weight"] = torch.zeros(4, 4)
+    save_file(state, d / "model.safetensors")
+    (d / "config.json").write_text(json.dumps(tiny_drafter.config.to_hf_dict()))
+    loaded = load_drafter(d)
+    torch.testing.assert_close(loaded.fc.weight, tiny_drafter.fc.weight)
+
+
+def test_missing_weights_are_an_error(tiny_drafter, tmp_path):
+    path = save_drafter(tiny_drafter, tmp_path / "d")
+    state = load_file(path / "model.safetensors")
+    del state["fc.weight"]
+    save_file(state, path / "model.safetensors")
+    with pytest.raises(ValueError, match=r"fc\.weight"):
+        load_drafter(path)
+    with pytest.raises(FileNotFoundError):
+        load_drafter(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    ("layers", "n", "expected"),
+    [(30, 4, [1, 10, 19, 28]), (36, 5, [1, 9, 18, 26, 34]), (4, 2, [1, 2]), (2, 4, [0, 1])],
+)
+def test_default_target_layer_ids(layers, n, expected):
+    assert default_target_layer_ids(layers, n) == expected
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="mask_token_id"):
+        DFlashConfig(hidden_size=8, vocab_size=10, num_target_layers=4, mask_token_id=10)
+    with pytest.raises(ValueError, match="target_layer_ids"):
+        DFlashConfig(
+            hidden_size=8, vocab_size=10, num_target_layers=4, mask_token_id=1, target_layer_ids=[5]
+        )
