@@ -82,6 +82,7 @@ def _run_speculative(args: argparse.Namespace) -> int:
 
     from agentserve.bench.report import (
         finalize,
+        histogram_lines,
         markdown_table,
         plot_speedups,
         replace_section,
@@ -142,7 +143,8 @@ def _run_speculative(args: argparse.Namespace) -> int:
         f"Command: `{command}` ({time.strftime('%Y-%m-%d')}, {platform.machine()}, "
         f"{len(prompts)} held-out prompts, {args.max_tokens} max tokens, "
         f"{time.perf_counter() - started:.0f} s). Raw figures: `benchmarks/speculative.json`.\n\n"
-        f"{table}\n![speedups](img/speculative.png)\n"
+        f"{table}\nTokens emitted per step (tau histogram):\n\n{histogram_lines(records)}\n"
+        f"![speedups](img/speculative.png)\n"
     )
     replace_section(docs / "benchmarks.md", "speculative", body)
     print(table)

@@ -7,7 +7,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["finalize", "markdown_table", "plot_speedups", "replace_section", "write_json"]
+__all__ = [
+    "finalize",
+    "histogram_lines",
+    "markdown_table",
+    "plot_speedups",
+    "replace_section",
+    "write_json",
+]
 
 
 def _key(cell: dict[str, Any]) -> tuple:
@@ -49,6 +56,24 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
         cells += [f"{r['tau']:.2f}", same, pos]
         rows.append("| " + " | ".join(str(c) for c in cells) + " |")
     return head + "\n".join(rows) + "\n"
+
+
+def histogram_lines(records: list[dict[str, Any]]) -> str:
+    """One line per speculative cell: how many steps emitted 1, 2, ... tokens."""
+    lines = []
+    for r in records:
+        hist = r.get("tau_histogram") or {}
+        if r["method"] == "none" or not hist:
+            continue
+        steps = sum(hist.values())
+        shares = ", ".join(
+            f"{n}: {c / steps:.0%}" for n, c in sorted(hist.items(), key=lambda x: int(x[0]))
+        )
+        lines.append(
+            f"- {r['engine']} {r['method']}{r['num_speculative_tokens']} "
+            f"T{r['temperature']:g} batch {r['batch_size']} ({steps} steps): {shares}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def plot_speedups(records: list[dict[str, Any]], path: Path) -> None:

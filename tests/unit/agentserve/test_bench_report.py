@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from agentserve.bench.report import finalize, markdown_table, replace_section
+from agentserve.bench.report import finalize, histogram_lines, markdown_table, replace_section
 from agentserve.bench.speculative import histogram_from_positions
 from agentserve.engine.vllm import spec_decode_counters
 
@@ -71,3 +71,14 @@ def test_replace_section_is_idempotent(tmp_path):
     text = doc.read_text()
     assert "second" in text and "first" not in text and "keep me" in text
     assert text.count("<!-- spec:begin -->") == 1
+
+
+def test_histogram_lines_give_shares_per_speculative_cell():
+    records = finalize(
+        [
+            _cell("none", 10.0, [[1]]),
+            {**_cell("dflash", 20.0, [[1]], k=7), "tau_histogram": {"1": 3, "2": 1}},
+        ]
+    )
+    text = histogram_lines(records)
+    assert text.count("\n") == 1 and "dflash7" in text and "1: 75%, 2: 25%" in text
