@@ -33,7 +33,7 @@ from agentserve.engine.spec_by_batch import SpecByBatch, vllm_stat_logger
 from agentserve.engine.vllm import engine_kwargs, frontend_kwargs, spec_decode_counters
 from agentserve.spec import ModelSpec
 
-__all__ = ["VLLMEngine", "continuation_body", "deltas_from_sse"]
+__all__ = ["VLLMEngine", "continuation_body", "deltas_from_sse", "request_error_from_vllm"]
 
 log = logging.getLogger(__name__)
 _PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-"}
@@ -129,6 +129,9 @@ class VLLMEngine:
         except Exception as err:
             if getattr(self._client, "errored", False):  # AsyncLLM's engine core died
                 raise EngineDeadError(f"vLLM engine for {self.model_name!r} died: {err}") from err
+            client_error = request_error_from_vllm(err)
+            if client_error is not None:
+                raise client_error from err
             raise
 
     async def abort(self, request_id: str) -> None:
@@ -295,6 +298,24 @@ def _choice_delta(kind: str, choice: dict[str, Any], prompt: int, output: int) -
             reasoning=d.get("reasoning") or d.get("reasoning_content") or "",
         )
     return Delta(choice.get("text") or "", prompt, output, choice.get("finish_reason"))
+
+
+def request_error_from_vllm(err: BaseException) -> EngineRequestError | None:
+    """vLLM raises its client errors (a prompt past the context, a bad parameter) out of
+    the serving layer rather than returning them: map them to a 4xx, not a 500."""
+    names = {cls.__name__ for cls in type(err).__mro__}
+    if "VLLMClientError" not in names:
+        return None
+    message = str(getattr(err, "args", [""])[0] if err.args else err)
+    status = 404 if "VLLMNotFoundError" in names else 400
+    context = "context length" in message
+    return EngineRequestError(
+        message,
+        status=status,
+        type="invalid_request_error" if status == 400 else "not_found_error",
+        param=None if context else getattr(err, "parameter", None),
+        code="context_length_exceeded" if context else None,
+    )
 
 
 def _error_from_payload(payload: dict[str, Any]) -> EngineError:
