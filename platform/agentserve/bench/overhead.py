@@ -16,26 +16,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
 import os
 import platform as host
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from agentserve.bench.overhead_requests import (
+    async_llm_request_fn,
+    engine_request_fn,
+    http_request_fn,
+)
+from agentserve.bench.overhead_stats import (
+    OneRequest,
+    RequestTiming,
+    compare_levels,
+    fmt_number,
+    level_stats,
+    markdown_table,
+    run_level,
+    verdict,
+)
 from agentserve.spec import DeploymentSpec, ModelSpec
 
 __all__ = ["PROMPTS", "RequestTiming", "add_parser", "compare_levels", "level_stats", "run"]
 
-TARGET_OVERHEAD = 0.05  # issue: the platform adds <= 5% at concurrency 1
 JSON_NAME = "platform_overhead.json"
 SECTION = "platform-overhead"
 PROMPTS = (
@@ -64,242 +75,6 @@ PROMPTS = (
     "products. Describe how an agent should check the data for missing or negative values "
     "and produce a table of the products that need restocking first.",
 )
-
-
-@dataclass(frozen=True)
-class RequestTiming:
-    """One request as the caller saw it (perf_counter seconds). `first_s` / `last_s`: the
-    first and last chunk carrying output; None when no output arrived."""
-
-    start_s: float
-    first_s: float | None
-    last_s: float | None
-    output_tokens: int
-    prompt_tokens: int
-
-    @property
-    def ttft_ms(self) -> float | None:
-        return None if self.first_s is None else 1000 * (self.first_s - self.start_s)
-
-    @property
-    def tpot_ms(self) -> float | None:
-        """Per output token after the first; None below two tokens."""
-        if self.first_s is None or self.last_s is None or self.output_tokens < 2:
-            return None
-        return 1000 * (self.last_s - self.first_s) / (self.output_tokens - 1)
-
-
-OneRequest = Callable[[str, str], Awaitable[RequestTiming]]
-"""(request id, prompt text) -> the request's timing; generates max_tokens tokens."""
-
-
-# -- load and statistics (pure except for the clock) ------------------------------------------
-async def run_level(
-    one: OneRequest, prompts: Sequence[str], concurrency: int, requests: int, tag: str
-) -> tuple[list[RequestTiming], float]:
-    """`requests` requests, `concurrency` at a time, prompts in turn; (timings, wall s)."""
-    counter = itertools.count()
-    timings: list[RequestTiming] = []
-
-    async def worker() -> None:
-        while (i := next(counter)) < requests:
-            timings.append(await one(f"{tag}-{i}", prompts[i % len(prompts)]))
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return timings, time.perf_counter() - start
-
-
-def _round(value: float | None, digits: int = 2) -> float | None:
-    return None if value is None else round(float(value), digits)
-
-
-def level_stats(timings: Sequence[RequestTiming], wall_s: float) -> dict[str, Any]:
-    """Figures of one phase at one concurrency: tokens/s over the wall time, TPOT and TTFT
-    (mean, p50, p95 over requests), token totals."""
-    tpot = [t.tpot_ms for t in timings if t.tpot_ms is not None]
-    ttft = [t.ttft_ms for t in timings if t.ttft_ms is not None]
-    tokens = sum(t.output_tokens for t in timings)
-    return {
-        "requests": len(timings),
-        "output_tokens": tokens,
-        "prompt_tokens": sum(t.prompt_tokens for t in timings),
-        "wall_s": round(wall_s, 3),
-        "tokens_per_s": round(tokens / wall_s, 2) if wall_s > 0 else None,
-        "tpot_ms": _round(np.mean(tpot)) if tpot else None,
-        "tpot_ms_p50": _round(np.percentile(tpot, 50)) if tpot else None,
-        "tpot_ms_p95": _round(np.percentile(tpot, 95)) if tpot else None,
-        "ttft_ms": _round(np.mean(ttft)) if ttft else None,
-        "ttft_ms_p95": _round(np.percentile(ttft, 95)) if ttft else None,
-    }
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 4) if a is not None and b else None
-
-
-def compare_levels(
-    bare: dict[int, dict[str, Any]], platform: dict[int, dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Per concurrency: both phases' figures, overhead_ratio (platform / bare mean TPOT),
-    throughput_ratio (platform / bare tokens/s), and whether both generated the same
-    prompt and output token counts."""
-    levels = []
-    for c in sorted(bare):
-        b, p = bare[c], platform[c]
-        levels.append(
-            {
-                "concurrency": c,
-                "bare": b,
-                "platform": p,
-                "overhead_ratio": _ratio(p["tpot_ms"], b["tpot_ms"]),
-                "throughput_ratio": _ratio(p["tokens_per_s"], b["tokens_per_s"]),
-                "same_tokens": (b["output_tokens"], b["prompt_tokens"])
-                == (p["output_tokens"], p["prompt_tokens"]),
-            }
-        )
-    return levels
-
-
-def verdict(levels: list[dict[str, Any]]) -> dict[str, Any]:
-    """The issue's target: <= 5% overhead at the lowest concurrency (per token and in
-    throughput), and platform throughput at each level relative to the lowest."""
-    first = levels[0]
-    over, thr = first["overhead_ratio"], first["throughput_ratio"]
-    met = over is not None and thr is not None
-    met = met and over <= 1 + TARGET_OVERHEAD and thr >= 1 / (1 + TARGET_OVERHEAD)
-    base = first["platform"]["tokens_per_s"]
-    return {
-        "max_overhead": TARGET_OVERHEAD,
-        "at_concurrency": first["concurrency"],
-        "met": bool(met),
-        "platform_throughput_scaling": {
-            str(lv["concurrency"]): _ratio(lv["platform"]["tokens_per_s"], base) for lv in levels
-        },
-    }
-
-
-def _fmt(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def markdown_table(levels: list[dict[str, Any]]) -> str:
-    head = (
-        "| concurrency | bare tok/s | platform tok/s | throughput ratio | bare TPOT ms "
-        "| platform TPOT ms | overhead ratio | bare TTFT ms | platform TTFT ms | same tokens |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n"
-    )
-    rows = []
-    for lv in levels:
-        b, p = lv["bare"], lv["platform"]
-        cells = [lv["concurrency"], _fmt(b["tokens_per_s"], 1), _fmt(p["tokens_per_s"], 1)]
-        cells += [_fmt(lv["throughput_ratio"], 3), _fmt(b["tpot_ms"], 2), _fmt(p["tpot_ms"], 2)]
-        cells += [_fmt(lv["overhead_ratio"], 3), _fmt(b["ttft_ms"], 1), _fmt(p["ttft_ms"], 1)]
-        cells.append("yes" if lv["same_tokens"] else "**no**")
-        rows.append("| " + " | ".join(str(c) for c in cells) + " |")
-    return head + "\n".join(rows) + "\n"
-
-
-# -- one request, three ways ------------------------------------------------------------------
-def chat_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    """The OpenAI request both sides serve: greedy, fixed length, streamed with usage."""
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "ignore_eos": True,  # vLLM's extension: every request generates max_tokens
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-
-
-def engine_request_fn(engine: Any, model: str, max_tokens: int) -> OneRequest:
-    """Bare side through the Engine protocol (the fake engine): parsed like the ingress
-    parses, deltas carry cumulative token counts."""
-    from agentserve.api.openai import parse_request
-    from agentserve.engine.protocol import EngineRequest
-
-    async def one(request_id: str, prompt: str) -> RequestTiming:
-        body = parse_request("chat", chat_body(model, prompt, max_tokens))
-        start = time.perf_counter()
-        first = last = None
-        tokens = prompt_tokens = 0
-        async for delta in engine.generate(EngineRequest(request_id, "chat", body)):
-            if delta.completion_tokens > tokens:
-                last = time.perf_counter()
-                first = first or last
-            tokens, prompt_tokens = delta.completion_tokens, delta.prompt_tokens
-        return RequestTiming(start, first, last, tokens, prompt_tokens)
-
-    return one
-
-
-def prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
-    """Token ids of one user message as vLLM's chat serving renders it: the chat template
-    as text with the generation prompt, tokenized without extra special tokens."""
-    messages = [{"role": "user", "content": prompt}]
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def async_llm_request_fn(llm: Any, tokenizer: Any, max_tokens: int) -> OneRequest:
-    """Bare side on vLLM: AsyncLLM.generate on the chat template's token ids (what vLLM's
-    chat serving renders), greedy, ignore_eos, delta outputs."""
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-    from vllm.sampling_params import RequestOutputKind
-
-    params = SamplingParams(
-        temperature=0.0,
-        max_tokens=max_tokens,
-        ignore_eos=True,
-        output_kind=RequestOutputKind.DELTA,
-    )
-
-    async def one(request_id: str, prompt: str) -> RequestTiming:
-        ids = prompt_ids(tokenizer, prompt)
-        start = time.perf_counter()
-        first = last = None
-        tokens = 0
-        async for out in llm.generate(TokensPrompt(prompt_token_ids=ids), params, request_id):
-            new = len(out.outputs[0].token_ids)
-            if new:
-                last = time.perf_counter()
-                first = first or last
-                tokens += new
-        return RequestTiming(start, first, last, tokens, len(ids))
-
-    return one
-
-
-def http_request_fn(client: Any, model: str, max_tokens: int) -> OneRequest:
-    """Platform side: a streamed POST /v1/chat/completions; output times are the chunks
-    carrying content, token counts come from the final usage chunk."""
-
-    async def one(request_id: str, prompt: str) -> RequestTiming:
-        body = chat_body(model, prompt, max_tokens)
-        start = time.perf_counter()
-        first = last = None
-        usage: dict[str, int] = {}
-        headers = {"x-request-id": request_id}
-        async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
-            if r.status_code != 200:
-                raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data: {"):
-                    continue
-                chunk = json.loads(line[6:])
-                choices = chunk.get("choices") or [{}]
-                if (choices[0].get("delta") or {}).get("content"):
-                    last = time.perf_counter()
-                    first = first or last
-                usage = chunk.get("usage") or usage
-        return RequestTiming(
-            start, first, last, usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0)
-        )
-
-    return one
 
 
 # -- phases -----------------------------------------------------------------------------------
@@ -590,7 +365,7 @@ def _section(report: dict[str, Any], table: str) -> str:
     target = report["target"]
     met = "met" if target["met"] else "**not met**"
     scaling = ", ".join(
-        f"c={c}: {_fmt(r, 2)}x" for c, r in target["platform_throughput_scaling"].items()
+        f"c={c}: {fmt_number(r, 2)}x" for c, r in target["platform_throughput_scaling"].items()
     )
     return (
         "## Platform overhead (HTTP + Ray Serve vs the bare engine)\n\n"

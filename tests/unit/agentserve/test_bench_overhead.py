@@ -149,7 +149,7 @@ def test_plan_requests_per_level():
 
 
 def test_bare_vllm_prompt_is_the_rendered_chat_template():
-    from agentserve.bench.overhead import prompt_ids
+    from agentserve.bench.overhead_requests import prompt_ids
 
     class Tokenizer:
         def apply_chat_template(self, messages, *, add_generation_prompt, tokenize):
