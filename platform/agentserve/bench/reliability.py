@@ -5,7 +5,7 @@ A scenario is a plain function registered with `@scenario("name")`; it returns a
 `Outcome`. Tests call the same functions and assert on the outcome, so the figures in
 docs/benchmarks/reliability.json come from exactly the code the test suite checks.
 Scenario modules: agentserve.bench.reliability_faults, agentserve.bench.reliability_input,
-agentserve.bench.reliability_tenants.
+agentserve.bench.reliability_fuzz and agentserve.bench.reliability_tenants.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ __all__ = ["SCENARIOS", "Outcome", "add_parser", "run_scenarios", "scenario"]
 SCENARIO_MODULES = (
     "agentserve.bench.reliability_faults",
     "agentserve.bench.reliability_input",
+    "agentserve.bench.reliability_fuzz",
     "agentserve.bench.reliability_tenants",
 )
 

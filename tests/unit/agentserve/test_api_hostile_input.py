@@ -12,11 +12,11 @@ from agentserve.api.body import decode_json
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.openai import parse_request
 from agentserve.api.validate import check_values, param_path
+from agentserve.bench.reliability_fuzz import fuzz
 from agentserve.bench.reliability_input import (
     HOSTILE_CASES,
     check_answer,
     explicit_cases,
-    fuzz,
     fuzz_client,
 )
 
