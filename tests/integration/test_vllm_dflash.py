@@ -31,13 +31,14 @@ def setup(tmp_path_factory):
     model_dir = resolve_model(BUNDLED_MODEL, progress=False)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [chat_prompt_ids(tokenizer, t) for t in TEXTS]
-    # a published-style checkpoint: `model.`-prefixed names, z-lab config keys
+    # a published-style checkpoint: z-lab config keys, the drafter's own tensors under the
+    # names vLLM's loader expects (it prefixes `model.` itself, so none is stored)
     cfg = DFlashConfig.for_target(
         AutoConfig.from_pretrained(model_dir), mask_token_id=16, block_size=8
     )
     torch.manual_seed(0)
     random_dir = tmp_path_factory.mktemp("published-dflash")
-    state = {f"model.{k}": v.to(torch.bfloat16) for k, v in DFlashDrafter(cfg).state_dict().items()}
+    state = {k: v.to(torch.bfloat16) for k, v in DFlashDrafter(cfg).state_dict().items()}
     save_file(state, random_dir / "model.safetensors")
     (random_dir / "config.json").write_text(json.dumps(cfg.to_hf_dict()))
     return str(model_dir), prompts, str(random_dir)
