@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -133,10 +132,10 @@ def run(args: argparse.Namespace) -> int:
     merged.update(records)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
-    command = "agentserve bench reliability" + "".join(
-        f" --only {shlex.quote(n)}" for n in args.only or []
+    body = (
+        "Command: `agentserve bench reliability` (all scenarios, about 7 minutes; "
+        "`--only NAME` reruns one and replaces just its row)\n\n" + markdown_table(merged)
     )
-    body = f"Command: `{command}` (merged per scenario)\n\n{markdown_table(merged)}"
     replace_section(docs / "reliability.md", "reliability-table", body)
     print(f"wrote {out} and the table in {docs / 'reliability.md'}")
     return (
