@@ -199,6 +199,11 @@ def reference_runs(
                         )
                         drafted += r.stats.position_drafted
                 tokens = sum(map(len, outputs))
+                print(
+                    f"  reference {name} k={k} T={temperature:g} batch {batch}: "
+                    f"{tokens} tokens in {seconds:.0f} s",
+                    flush=True,
+                )
                 cells.append(
                     {
                         "engine": "reference",
