@@ -342,11 +342,15 @@ def run(args: argparse.Namespace, *, platform_runner: PlatformRunner = platform_
         "wall_s": round(time.perf_counter() - started, 1),
     }
     docs = Path(args.docs)
-    out = docs / "benchmarks" / JSON_NAME
+    # --no-drafter is a side measurement: its own file and section, beside the default's
+    variant = "_no_drafter" if args.drafter is False else ""
+    report["json"] = JSON_NAME.replace(".json", f"{variant}.json")
+    out = docs / "benchmarks" / report["json"]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     table = markdown_table(levels)
-    replace_section(docs / "benchmarks.md", SECTION, _section(report, table))
+    section = SECTION + variant.replace("_", "-")
+    replace_section(docs / "benchmarks.md", section, _section(report, table))
     print(table)
     print(json.dumps({"written": [str(out), str(docs / "benchmarks.md")]}))
     return 0
@@ -368,12 +372,13 @@ def _section(report: dict[str, Any], table: str) -> str:
         f"c={c}: {fmt_number(r, 2)}x" for c, r in target["platform_throughput_scaling"].items()
     )
     return (
-        "## Platform overhead (HTTP + Ray Serve vs the bare engine)\n\n"
+        "## Platform overhead (HTTP + Ray Serve vs the bare engine"
+        f"{', no drafter' if report['json'] != JSON_NAME else ''})\n\n"
         f"Command: `{report['command']}` ({report['date']}, {report['machine']}"
         f"{', ' + report['gpu'] if report['gpu'] else ''}; engine {report['engine']}, model "
         f"{report['model']}, drafter {report['drafter'] or 'off'}; {report['max_tokens']} "
         f"output tokens per request, greedy, ignore_eos; {report['wall_s']:.0f} s). Raw "
-        f"figures: `benchmarks/{JSON_NAME}`.\n\n"
+        f"figures: `benchmarks/{report['json']}`.\n\n"
         f"Bare: {report['bare']}. Platform: {report['platform']}. Both phases run one after "
         "the other with the same engine settings. Overhead ratio = platform TPOT / bare TPOT; "
         "throughput ratio = platform tokens/s / bare tokens/s.\n\n"
