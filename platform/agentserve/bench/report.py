@@ -21,9 +21,26 @@ def _key(cell: dict[str, Any]) -> tuple:
     return cell["engine"], cell["temperature"], cell["batch_size"]
 
 
+def _divergence(outputs: list[list[int]], reference: list[list[int]]) -> dict[str, Any]:
+    """How many prompts differ from the reference, and the earliest differing token."""
+    first = []
+    for mine, ref in zip(outputs, reference, strict=True):
+        if mine != ref:
+            same = (i for i, (a, b) in enumerate(zip(mine, ref, strict=False)) if a != b)
+            first.append(next(same, min(len(mine), len(ref))))
+    return {"prompts": len(first), "first_token": min(first) if first else None}
+
+
 def finalize(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Add speedup_vs_no_spec and outputs_identical (greedy only) against the same engine's
-    no-speculation cell at the same temperature and batch size; drop the raw outputs."""
+    no-speculation cell at the same temperature and batch size; drop the raw outputs.
+
+    Greedy cells also get `divergence` (prompts that differ from that baseline and the
+    earliest differing token) and `identical_to_plain_batch`: the batch sizes whose plain
+    decoding gives exactly this output. Plain decoding is not always batch-invariant in
+    low precision (a different kernel shape can flip a near-tie argmax), so a speculative
+    run that equals plain decoding at another batch size is a numerics effect, not a loss.
+    """
     base = {_key(c): c for c in cells if c["method"] == "none"}
     records = []
     for cell in cells:
@@ -34,8 +51,34 @@ def finalize(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )
         greedy = cell["temperature"] == 0 and ref is not None
         record["outputs_identical"] = (cell["outputs"] == ref["outputs"]) if greedy else None
+        if greedy:
+            record["divergence"] = _divergence(cell["outputs"], ref["outputs"])
+            record["identical_to_plain_batch"] = sorted(
+                key[2]
+                for key, plain in base.items()
+                if key[:2] == _key(cell)[:2] and plain["outputs"] == cell["outputs"]
+            )
         records.append(record)
     return records
+
+
+def _identity(r: dict[str, Any], records: list[dict[str, Any]]) -> str:
+    """The "greedy identical" cell: plain rows say whether plain decoding itself gave the
+    same output at every batch size; speculative rows compare with plain decoding."""
+    if r["outputs_identical"] is None:
+        return "-"
+    other = r["identical_to_plain_batch"]
+    if r["method"] == "none":
+        same_run = [c for c in records if c["method"] == "none" and _key(c)[:2] == _key(r)[:2]]
+        batches = {c["batch_size"] for c in same_run}
+        apart = sorted(batches - set(other))
+        return f"(plain; differs from batch {', '.join(map(str, apart))})" if apart else "(plain)"
+    if r["outputs_identical"]:
+        return "yes"
+    if other:
+        return f"= plain at batch {', '.join(map(str, other))}"
+    d = r["divergence"]
+    return f"**NO** ({d['prompts']} prompts, from token {d['first_token']})"
 
 
 def write_json(records: list[dict[str, Any]], path: Path) -> None:
@@ -49,7 +92,7 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
     head = "| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|\n"
     rows = []
     for r in records:
-        same = {True: "yes", False: "**NO**", None: "-"}[r["outputs_identical"]]
+        same = _identity(r, records)
         pos = ", ".join(str(a) for a in r["per_position_acceptance"][:4]) or "-"
         cells = [r["engine"], r["method"], r["num_speculative_tokens"], f"{r['temperature']:g}"]
         cells += [r["batch_size"], f"{r['tokens_per_s']:.1f}", f"{r['speedup_vs_no_spec']:.2f}x"]

@@ -82,3 +82,24 @@ def test_histogram_lines_give_shares_per_speculative_cell():
     )
     text = histogram_lines(records)
     assert text.count("\n") == 1 and "dflash7" in text and "1: 75%, 2: 25%" in text
+
+
+def test_greedy_divergence_is_located_and_batch_variance_of_plain_decoding_named():
+    def cell(method, outputs, batch, k=0):
+        return {**_cell(method, 10.0, outputs, k=k), "batch_size": batch}
+
+    plain_b1, plain_b4 = [[1, 2, 3], [4, 5]], [[1, 2, 9], [4, 5]]
+    records = finalize(
+        [
+            cell("none", plain_b1, 1),
+            cell("none", plain_b4, 4),
+            cell("dflash", plain_b4, 1, k=7),  # = plain decoding, but at batch 4
+            cell("ngram", [[1, 7, 3], [4, 5]], 1, k=7),  # equals no plain run
+        ]
+    )
+    assert [r["identical_to_plain_batch"] for r in records] == [[1], [4], [4], []]
+    assert records[2]["divergence"] == {"prompts": 1, "first_token": 2}
+    assert records[3]["divergence"] == {"prompts": 1, "first_token": 1}
+    table = markdown_table(records)
+    assert "(plain; differs from batch 4)" in table and "(plain; differs from batch 1)" in table
+    assert "= plain at batch 4" in table and "**NO** (1 prompts, from token 1)" in table
