@@ -306,7 +306,7 @@ def request_error_from_vllm(err: BaseException) -> EngineRequestError | None:
     names = {cls.__name__ for cls in type(err).__mro__}
     if "VLLMClientError" not in names:
         return None
-    message = str(getattr(err, "args", [""])[0] if err.args else err)
+    message = str(err.args[0]) if err.args else str(err)  # without vLLM's "(parameter=...)"
     status = 404 if "VLLMNotFoundError" in names else 400
     context = "context length" in message
     return EngineRequestError(
