@@ -56,7 +56,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="where benchmarks.md, benchmarks/ and img/ live (default: %(default)s)",
     )
     p.set_defaults(handler=_run_speculative)
-    from agentserve.bench import autoscale
+    from agentserve.bench import autoscale, sampling
+
+    sampling.add_parser(kinds)
 
     autoscale.add_parser(kinds)
     from agentserve.bench import reliability
@@ -134,7 +136,8 @@ def _run_speculative(args: argparse.Namespace) -> int:
         )
     records = finalize(cells)
     docs = Path(args.docs)
-    write_json(records, docs / "benchmarks" / "speculative.json")
+    # the file also holds `agentserve bench sampling`'s records (they carry "test")
+    write_json(records, docs / "benchmarks" / "speculative.json", keep=lambda r: "test" in r)
     plot_speedups(records, docs / "img" / "speculative.png")
     table = markdown_table(records)
     command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +82,18 @@ def _identity(r: dict[str, Any], records: list[dict[str, Any]]) -> str:
     return f"**NO** ({d['prompts']} prompts, from token {d['first_token']})"
 
 
-def write_json(records: list[dict[str, Any]], path: Path) -> None:
+def write_json(
+    records: list[dict[str, Any]],
+    path: Path,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
+) -> None:
+    """Write `records` to `path`; with `keep`, the file's records it accepts stay first
+    (benchmarks that share one figures file each replace only their own records)."""
+    kept: list[dict[str, Any]] = []
+    if keep is not None and path.exists():
+        kept = [r for r in json.loads(path.read_text()) if keep(r)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(records, indent=2) + "\n")
+    path.write_text(json.dumps(kept + records, indent=2) + "\n")
 
 
 def markdown_table(records: list[dict[str, Any]]) -> str:
