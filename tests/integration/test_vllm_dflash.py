@@ -54,11 +54,16 @@ def test_vllm_dflash_is_token_identical_and_accepts(setup):
     drafter = shipped_drafter(BUNDLED_MODEL)
     assert drafter is not None, "the trained drafter ships with agentserve"
     methods = [("none", 0), ("dflash", 7)]
-    cells = vllm_runs(model_dir, str(drafter), prompts, 48, [1], [0.0], methods=methods)
+    eager = {"enforce_eager": True}  # 30 s engine starts; the decode path is the same
+    cells = vllm_runs(
+        model_dir, str(drafter), prompts, 48, [1], [0.0], methods=methods, engine_overrides=eager
+    )
     base, spec = _outputs(cells, "none", 0), _outputs(cells, "dflash", 7)
     assert spec["outputs"] == base["outputs"]
     assert all(len(o) > 5 for o in base["outputs"])
-    random = vllm_runs(model_dir, random_dir, prompts, 48, [1], [0.0], methods=[("dflash", 7)])
+    random = vllm_runs(
+        model_dir, random_dir, prompts, 48, [1], [0.0], [("dflash", 7)], engine_overrides=eager
+    )
     assert random[0]["outputs"] == base["outputs"]
     # the shipped drafter is small and briefly trained (held-out tau ~1.4, see its model
     # card): its drafts must be accepted clearly more often than a random drafter's

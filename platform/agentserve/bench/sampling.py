@@ -1,6 +1,6 @@
 """`agentserve bench sampling`: is speculative sampling lossless through vLLM? One run.
 
-Samples fixed prompts with no speculation, with DFlash and with n-gram at each temperature,
+Samples fixed prompts with no speculation, with DFlash and with n-gram at each sampling setting,
 then compares the distributions (chi-square on generated positions 1-3) and the target's
 log-likelihood per token (bench/sampling_check.py). Writes `sampling_distribution` records
 into docs/benchmarks/speculative.json and a section of docs/benchmarks.md.
@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from agentserve.bench.sampling_check import Setting, parse_setting, setting_label
 
 __all__ = ["add_parser", "method_configs", "sampling_table"]
 
@@ -35,15 +37,31 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--methods", default="dflash,ngram", help="comma list (default: %(default)s)")
     p.add_argument("--num-speculative-tokens", type=int, default=7, help="(default: %(default)s)")
     p.add_argument(
-        "--temperatures",
-        type=lambda t: [float(x) for x in t.split(",")],
-        default=[0.7, 1.0],
-        help="comma list (default: 0.7,1.0)",
+        "--settings",
+        type=_settings,
+        default=_settings(DEFAULT_SETTINGS),
+        help="comma list of sampling settings, each T or T/top_p/top_k "
+        f"(default: {DEFAULT_SETTINGS})",
     )
     p.add_argument("--samples", type=int, default=200, help="per prompt (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=32, help="per sample (default: %(default)s)")
+    p.add_argument(
+        "--eager",
+        action="store_true",
+        help="run vLLM without torch.compile (faster engine starts; distributions unchanged)",
+    )
     p.add_argument("--docs", default="docs", help="docs directory (default: %(default)s)")
     p.set_defaults(handler=_run)
+
+
+DEFAULT_SETTINGS = "0.7,1.0,1.0/0.9/20"
+
+
+def _settings(text: str) -> list[Setting]:
+    try:
+        return [parse_setting(t) for t in text.split(",")]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def method_configs(
@@ -73,10 +91,18 @@ def method_configs(
 
 
 def sampling_table(records: list[dict[str, Any]]) -> str:
-    columns = ["method", "T", "samples", "chi2 p (pos 1-3)", "loglik/token", "plain", "tau"]
+    columns = [
+        "method",
+        "T / top_p / top_k",
+        "samples",
+        "chi2 p (pos 1-3)",
+        "loglik/token",
+        "plain",
+        "tau",
+    ]
     columns += ["seed reproduces"]
     rows = [
-        f"| {r['method']} | {r['temperature']:g} | {r['samples']} | {r['chi2_p_value']:.3f} | "
+        f"| {r['method']} | {setting_label(r)} | {r['samples']} | {r['chi2_p_value']:.3f} | "
         f"{r['loglik_per_token']:.3f} ± {r['loglik_per_token_stderr']:.3f} | "
         f"{r['loglik_per_token_plain']:.3f} ± {r['loglik_per_token_plain_stderr']:.3f} | "
         f"{r['tau']} | {'yes' if r['seed_reproduces'] else 'NO'} |"
@@ -103,11 +129,12 @@ def _run(args: argparse.Namespace) -> int:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [chat_prompt_ids(tokenizer, text) for text in CHECK_PROMPTS]
     started = time.perf_counter()
-    print(f"sampling {len(prompts)} prompts x {args.samples} at T={args.temperatures}", flush=True)
+    labels = [setting_label(s) for s in args.settings]
+    print(f"sampling {len(prompts)} prompts x {args.samples} at {labels}", flush=True)
     results = sampling_runs(
-        model_dir, configs, prompts, args.temperatures, args.samples, args.max_tokens
+        model_dir, configs, prompts, args.settings, args.samples, args.max_tokens
     )
-    records = distribution_records(model_dir, prompts, results, args.temperatures)
+    records = distribution_records(model_dir, prompts, results, args.settings)
     docs = Path(args.docs)
     path = docs / "benchmarks" / "speculative.json"
     write_json(records, path, keep=lambda r: r.get("test") != "sampling_distribution")
@@ -117,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
         "## Speculative sampling is lossless (T > 0, output distribution)\n\n"
         f"Command: `{command}` ({time.strftime('%Y-%m-%d')}, {platform.machine()}, "
         f"{len(prompts)} chat prompts x {args.samples} seeded samples x {args.max_tokens} "
-        f"tokens per method and temperature, {time.perf_counter() - started:.0f} s). "
+        f"tokens per method and sampling setting, {time.perf_counter() - started:.0f} s). "
         "chi2 p: two-sample chi-square test of the generated tokens at positions 1-3 against "
         "plain sampling in the same run (Bonferroni over positions; small p = different "
         "distributions). loglik/token: the target's own mean log-probability (float32, T=1) "

@@ -21,7 +21,16 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
-__all__ = ["homogeneity_chi2", "loglik_per_token", "position_p_value", "sampling_runs"]
+__all__ = [
+    "Setting",
+    "homogeneity_chi2",
+    "load_scorer",
+    "loglik_per_token",
+    "parse_setting",
+    "position_p_value",
+    "sampling_runs",
+    "setting_label",
+]
 
 CHECK_PROMPTS = [
     "Say hello in five words.",
@@ -33,6 +42,31 @@ CHECK_PROMPTS = [
 
 POSITIONS = 3
 """Generated-token positions whose histograms are compared."""
+
+Setting = dict[str, float | int]
+"""vLLM SamplingParams fields of one sampled configuration: temperature, top_p, top_k."""
+
+
+def parse_setting(text: str) -> Setting:
+    """`"0.7"` -> temperature 0.7; `"1.0/0.9/20"` -> temperature, top_p and top_k too."""
+    parts = text.split("/")
+    if not 1 <= len(parts) <= 3 or not all(parts):
+        raise ValueError(f"sampling setting {text!r}: expected T, T/top_p or T/top_p/top_k")
+    setting: Setting = {"temperature": float(parts[0])}
+    if setting["temperature"] <= 0:
+        raise ValueError(f"sampling setting {text!r}: the temperature must be > 0")
+    if len(parts) > 1:
+        setting["top_p"] = float(parts[1])
+    if len(parts) > 2:
+        setting["top_k"] = int(parts[2])
+    return setting
+
+
+def setting_label(setting: Setting) -> str:
+    """The text `parse_setting` reads back: "T" or "T/top_p[/top_k]"."""
+    return "/".join(
+        f"{setting[key]:g}" for key in ("temperature", "top_p", "top_k") if key in setting
+    )
 
 
 def homogeneity_chi2(a: Counter, b: Counter, min_expected: float = 5.0) -> tuple[float, int, float]:
@@ -91,20 +125,25 @@ def position_p_value(
     return min(1.0, min(per_position) * positions), per_position
 
 
+def load_scorer(model_dir: str) -> Any:
+    """The target model in float32 (transformers), to score sampled continuations."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+
+
 def loglik_per_token(
-    model_dir: str,
+    model: Any,
     prompts: Sequence[Sequence[int]],
     outputs: Sequence[Sequence[int]],
     prompt_of: Sequence[int],
 ) -> tuple[float, float]:
-    """Mean target log-probability per generated token (float32, temperature 1).
-
-    Returns (mean over all tokens, standard error from per-sample means).
+    """Mean log-probability per generated token under `model` (`load_scorer`), at
+    temperature 1. Returns (mean over all tokens, standard error from per-sample means).
     """
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
     totals: list[float] = []
     counts: list[int] = []
     with torch.inference_mode():
@@ -134,12 +173,18 @@ def _sampling_worker(
     speculative_config: dict[str, Any] | None,
     model_dir: str,
     prompts: list[list[int]],
-    temperatures: list[float],
+    settings: list[Setting],
     samples: int,
     max_tokens: int,
+    seed_base: int = 0,
+    engine_overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One engine: `samples` seeded continuations per prompt at each temperature, then
-    the first 4 seeded requests again (reproducibility). Runs in a fresh process."""
+    the first 4 seeded requests twice more (reproducibility). Runs in a fresh process.
+
+    Seeds start at `seed_base`: each method gets its own, so its samples are independent
+    of plain sampling's (same seeds would give the same first token, which hides nothing
+    but weakens a two-sample test)."""
     from vllm import LLM, SamplingParams
 
     from agentserve.engine.vllm import shutdown_offline, spec_decode_counters
@@ -155,13 +200,14 @@ def _sampling_worker(
         enable_prefix_caching=True,
         disable_log_stats=False,
         speculative_config=speculative_config,
+        **(engine_overrides or {}),
     )
     try:
         result: dict[str, Any] = {}
-        for temperature in temperatures:
+        for setting in settings:
             requests = [(p, s) for p in range(len(prompts)) for s in range(samples)]
             params = [
-                SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=1000 * p + s)
+                SamplingParams(**setting, max_tokens=max_tokens, seed=seed_base + 1000 * p + s)
                 for p, s in requests
             ]
             inputs = [{"prompt_token_ids": prompts[p]} for p, _ in requests]
@@ -170,14 +216,17 @@ def _sampling_worker(
             outs = llm.generate(inputs, params, use_tqdm=False)
             seconds = time.perf_counter() - started
             after = spec_decode_counters(llm.get_metrics())
-            replay = llm.generate(inputs[:4], params[:4], use_tqdm=False)
+            # a seed reproduces: the same 4 requests, sent twice as the same batch (a
+            # different batch shape may change bf16 numerics, and so a near-tie token)
+            replays = [llm.generate(inputs[:4], params[:4], use_tqdm=False) for _ in range(2)]
+            first, again = ([list(o.outputs[0].token_ids) for o in r] for r in replays)
             outputs = [list(o.outputs[0].token_ids) for o in outs]
             drafts = after["drafts"] - before["drafts"]
             accepted = after["accepted_tokens"] - before["accepted_tokens"]
-            result[str(temperature)] = {
+            result[setting_label(setting)] = {
                 "prompt_of": [p for p, _ in requests],
                 "outputs": outputs,
-                "replayed_identical": [list(o.outputs[0].token_ids) for o in replay] == outputs[:4],
+                "replayed_identical": first == again,
                 "seconds": round(seconds, 2),
                 "tau": round(1 + accepted / drafts, 3) if drafts else 1.0,
             }
@@ -190,17 +239,28 @@ def sampling_runs(
     model_dir: str,
     methods: dict[str, dict[str, Any] | None],
     prompts: list[list[int]],
-    temperatures: list[float],
+    settings: list[Setting],
     samples: int,
     max_tokens: int,
+    engine_overrides: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """{method: {str(temperature): worker result}}, one spawned engine process per method."""
+    """{method: {setting label: worker result}}, one spawned engine process per method.
+
+    `engine_overrides`: more vllm.LLM arguments, e.g. `{"enforce_eager": True}`."""
     results = {}
-    for name, config in methods.items():
+    for index, (name, config) in enumerate(methods.items()):
         started = time.perf_counter()
         with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
             results[name] = pool.submit(
-                _sampling_worker, config, model_dir, prompts, temperatures, samples, max_tokens
+                _sampling_worker,
+                config,
+                model_dir,
+                prompts,
+                settings,
+                samples,
+                max_tokens,
+                seed_base=1_000_000 * index,
+                engine_overrides=engine_overrides,
             ).result()
         print(f"  sampled {name}: {time.perf_counter() - started:.0f} s", flush=True)
     return results
@@ -210,27 +270,28 @@ def distribution_records(
     model_dir: str,
     prompts: list[list[int]],
     results: dict[str, dict[str, Any]],
-    temperatures: list[float],
+    settings: list[Setting],
 ) -> list[dict[str, Any]]:
-    """One `sampling_distribution` record per speculative method and temperature, each
-    compared with the "none" (plain sampling) results of the same run."""
+    """One `sampling_distribution` record per speculative method and sampling setting,
+    each compared with the "none" (plain sampling) results of the same run."""
     records = []
-    for temperature in temperatures:
-        plain = results["none"][str(temperature)]
+    scorer = load_scorer(model_dir)
+    for setting in settings:
+        plain = results["none"][setting_label(setting)]
         prompt_of = plain["prompt_of"]
-        plain_ll, plain_se = loglik_per_token(model_dir, prompts, plain["outputs"], prompt_of)
-        for method, by_temperature in results.items():
+        plain_ll, plain_se = loglik_per_token(scorer, prompts, plain["outputs"], prompt_of)
+        for method, by_setting in results.items():
             if method == "none":
                 continue
-            run = by_temperature[str(temperature)]
+            run = by_setting[setting_label(setting)]
             p, per_position = position_p_value(run["outputs"], plain["outputs"], prompt_of)
-            ll, se = loglik_per_token(model_dir, prompts, run["outputs"], prompt_of)
+            ll, se = loglik_per_token(scorer, prompts, run["outputs"], prompt_of)
             records.append(
                 {
                     "engine": "vllm",
                     "method": method,
                     "test": "sampling_distribution",
-                    "temperature": temperature,
+                    **setting,
                     "samples": len(run["outputs"]),
                     "prompts": len(prompts),
                     "chi2_p_value": round(p, 4),

@@ -50,8 +50,12 @@ def _vllm_worker(
     max_tokens: int,
     batch_sizes: list[int],
     temperatures: list[float],
+    engine_overrides: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One engine, all (temperature, batch) cells. Runs in a fresh process."""
+    """One engine, all (temperature, batch) cells. Runs in a fresh process.
+
+    `engine_overrides`: more vllm.LLM arguments (tests pass `enforce_eager`, which skips
+    the torch.compile warm-up: a 30 s engine start instead of 90-140 s)."""
     from vllm import LLM, SamplingParams
 
     from agentserve.engine.vllm import shutdown_offline, spec_decode_counters
@@ -67,6 +71,7 @@ def _vllm_worker(
         enable_prefix_caching=False,
         disable_log_stats=False,
         speculative_config=_speculative_config(method, k, drafter_dir),
+        **(engine_overrides or {}),
     )
     try:
         llm.generate(
@@ -133,6 +138,7 @@ def vllm_runs(
     batch_sizes: list[int],
     temperatures: list[float],
     methods: list[tuple[str, int]] = VLLM_METHODS,
+    engine_overrides: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Each method in a fresh spawned process (vLLM engines don't share a process well)."""
     cells: list[dict[str, Any]] = []
@@ -149,6 +155,7 @@ def vllm_runs(
                 max_tokens,
                 batch_sizes,
                 temperatures,
+                engine_overrides,
             ).result()
         print(f"  vllm {method} k={k}: done in {time.perf_counter() - started:.0f} s", flush=True)
         cells += got

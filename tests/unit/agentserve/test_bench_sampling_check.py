@@ -6,7 +6,12 @@ import random
 from collections import Counter
 
 import pytest
-from agentserve.bench.sampling_check import homogeneity_chi2, position_p_value
+from agentserve.bench.sampling_check import (
+    homogeneity_chi2,
+    parse_setting,
+    position_p_value,
+    setting_label,
+)
 
 
 def _draw(weights: dict[str, float], n: int, seed: int) -> Counter:
@@ -53,3 +58,34 @@ def test_position_p_value_separates_prompts_and_positions():
     corrupted = [[p, rng.choice([1, 2, 3]), 4] for p in prompt_of]  # position 3 collapsed
     combined, per_position = position_p_value(corrupted, plain, prompt_of)
     assert per_position[2] < 1e-10 and combined < 1e-9
+
+
+@pytest.mark.parametrize(
+    ("text", "setting"),
+    [
+        ("0.7", {"temperature": 0.7}),
+        ("1/0.9", {"temperature": 1.0, "top_p": 0.9}),
+        ("1.0/0.9/20", {"temperature": 1.0, "top_p": 0.9, "top_k": 20}),
+    ],
+)
+def test_sampling_settings_read_and_label(text, setting):
+    assert parse_setting(text) == setting
+    assert parse_setting(setting_label(setting)) == setting
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1/", "1/0.9/20/3", "hot"])
+def test_bad_sampling_settings_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_setting(text)
+
+
+def test_bench_sampling_command_reads_its_settings(capsys):
+    from agentserve.cli import build_parser, main
+
+    args = build_parser().parse_args(["bench", "sampling", "--settings", "0.5,1/0.9/20"])
+    assert args.settings == [{"temperature": 0.5}, {"temperature": 1.0, "top_p": 0.9, "top_k": 20}]
+    assert args.samples == 200 and not args.eager
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "sampling", "--settings", "0"])
+    assert exit_info.value.code == 2
+    assert "the temperature must be > 0" in capsys.readouterr().err
