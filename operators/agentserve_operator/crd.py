@@ -91,6 +91,8 @@ def structural(node: Any) -> Any:
             continue
         else:
             out[key] = structural(value)
+    if node.get("type") == "object" and node.get("additionalProperties") is True:
+        out["x-kubernetes-preserve-unknown-fields"] = True  # a free-form map (engine_args)
     if "default" in node and node["default"] is not None and "description" in out:
         out["description"] = f"{out['description']} Default: {json.dumps(node['default'])}."
     return out

@@ -167,6 +167,20 @@ class ReplicaSpec(_Spec):
         return self
 
 
+SPEC_OWNED_ENGINE_ARGS = {
+    "model": "source",
+    "tokenizer": "source",
+    "served_model_name": "name",
+    "dtype": "dtype",
+    "max_model_len": "max_model_len",
+    "max_num_seqs": "max_num_seqs",
+    "speculative_config": "drafter",
+    "async_scheduling": "async_scheduling",
+    "disable_log_stats": "(always on: metrics and autoscaling read the engine's stats)",
+}
+"""vLLM engine arguments that a ModelSpec field decides: `engine_args` may not set them."""
+
+
 class ModelSpec(_Spec):
     """One served model: weights, engine settings, drafter and replicas."""
 
@@ -192,6 +206,25 @@ class ModelSpec(_Spec):
     async_scheduling: bool = Field(
         False, description="vLLM async scheduling: prepare batch N+1 while the device runs N."
     )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="More vLLM engine arguments, by vLLM's EngineArgs field names (e.g. "
+        "{enforce_eager: true, kv_cache_dtype: fp8}); checked against the installed vLLM "
+        "when an engine starts. Settings this spec has fields for are refused here.",
+    )
+
+    @field_validator("engine_args")
+    @classmethod
+    def _check_engine_args(cls, engine_args: dict[str, Any]) -> dict[str, Any]:
+        for key in engine_args:
+            if key in SPEC_OWNED_ENGINE_ARGS:
+                raise ValueError(
+                    f"engine_args.{key}: set by agentserve from "
+                    f"`{SPEC_OWNED_ENGINE_ARGS[key]}`; use that field instead"
+                )
+            if not key.isidentifier():
+                raise ValueError(f"engine_args: {key!r} is not a vLLM argument name")
+        return engine_args
 
     @field_validator("source")
     @classmethod

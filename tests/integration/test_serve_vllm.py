@@ -1,5 +1,5 @@
 """The real app: local Ray Serve + vLLM (CPU build) + bundled model + shipped DFlash drafter,
-driven by the official `openai` client. One engine start (~2 min on CPU) for the module.
+driven by the official `openai` client. One engine start (eager, ~30 s on CPU) for the module.
 
 Run: .venv/bin/python -m pytest -q -m slow tests/integration/test_serve_vllm.py
 """
@@ -26,9 +26,9 @@ def client():
     from ray import serve
 
     drafter = {"enabled": shipped_drafter(BUNDLED_MODEL) is not None}
-    spec = DeploymentSpec.model_validate(
-        {"models": [{"max_model_len": 1024, "drafter": drafter}], "server": {"port": PORT}}
-    )
+    # engine_args reach vLLM: eager mode (no torch.compile warm-up) starts in ~30 s
+    model = {"max_model_len": 1024, "drafter": drafter, "engine_args": {"enforce_eager": True}}
+    spec = DeploymentSpec.model_validate({"models": [model], "server": {"port": PORT}})
     ray.init(include_dashboard=False)
     serve.start(http_options={"host": "127.0.0.1", "port": PORT})
     serve.run(build_app(spec), route_prefix="/")

@@ -6,6 +6,8 @@ hosts vLLM's AsyncLLM builds on these.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from agentserve.spec import ModelSpec
 
 __all__ = [
     "DrafterMissingError",
+    "check_engine_args",
     "engine_kwargs",
     "frontend_kwargs",
     "shutdown_offline",
@@ -68,8 +71,31 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
     }
     if model.async_scheduling:
         kwargs["async_scheduling"] = True
+    check_engine_args(model.engine_args, where=f"model {model.name!r}")
+    kwargs.update(model.engine_args)
     kwargs.update(overrides)
     return kwargs
+
+
+def check_engine_args(engine_args: dict[str, Any], where: str = "engine_args") -> None:
+    """Raise ValueError naming any key that is not a field of vLLM's `AsyncEngineArgs`.
+
+    Does nothing when vLLM is not importable (the operator validates specs without it).
+    """
+    if not engine_args:
+        return
+    try:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+    except ImportError:
+        return
+    known = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    for key in engine_args:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"{where}: engine_args key {key!r} is not a vLLM engine argument{hint}"
+            )
 
 
 def frontend_kwargs(model: ModelSpec) -> dict[str, Any]:

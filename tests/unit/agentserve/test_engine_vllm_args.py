@@ -80,3 +80,30 @@ def test_frontend_enables_tool_calling_with_a_text_parser():
     kwargs = frontend_kwargs(ModelSpec())
     assert kwargs == {"enable_auto_tool_choice": True, "tool_call_parser": TOOL_CALL_PARSER}
     assert ToolParserManager.get_tool_parser(TOOL_CALL_PARSER) is not None
+
+
+def _with_engine_args(engine_args):
+    spec = {"models": [{"name": "m", "engine_args": engine_args}]}
+    return DeploymentSpec.model_validate(spec).models[0]
+
+
+def test_engine_args_reach_vllm_and_are_checked_against_its_fields():
+    kwargs = engine_kwargs(_with_engine_args({"enforce_eager": True, "seed": 3}), "/m")
+    assert kwargs["enforce_eager"] is True and kwargs["seed"] == 3
+    with pytest.raises(ValueError, match=r"'enforce_eagre'.*did you mean 'enforce_eager'"):
+        engine_kwargs(_with_engine_args({"enforce_eagre": True}), "/m")
+
+
+@pytest.mark.parametrize(
+    ("engine_args", "message"),
+    [
+        ({"max_model_len": 64}, "use that field instead"),
+        ({"speculative_config": {}}, "from `drafter`"),
+        ({"not a name": 1}, "is not a vLLM argument name"),
+    ],
+)
+def test_engine_args_that_the_spec_owns_are_refused(engine_args, message):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=message):
+        _with_engine_args(engine_args)
