@@ -28,8 +28,15 @@ __all__ = [
 @dataclass(frozen=True)
 class Prompt:
     id: str
-    source: str  # "math" | "code" | "chat" | "humaneval" | "math-heldout"
-    text: str
+    source: str  # "math" | "code" | "chat" | "code-*" | "agent-*" | "humaneval" | ...
+    text: str  # the (last) user message
+    messages: str | None = None  # JSON chat messages, for multi-turn prompts; None = [text]
+
+    def chat(self) -> list[dict[str, str]]:
+        """The chat messages this prompt sends."""
+        if self.messages is not None:
+            return json.loads(self.messages)
+        return [{"role": "user", "content": self.text}]
 
 
 _NAMES = [
@@ -268,9 +275,28 @@ def heldout_prompts(n_math: int = 64, seed: int = 10_000) -> list[Prompt]:
 
 
 def check_disjoint(train: list[Prompt], heldout: list[Prompt]) -> None:
-    """Raise ValueError if any held-out prompt text appears in the training prompts."""
+    """Raise ValueError if any held-out prompt appears in the training prompts: the same
+    text, or (for HumanEval) a held-out function's `def` line quoted anywhere in a
+    training prompt's messages."""
     leaked = {p.text for p in train} & {p.text for p in heldout}
     if leaked:
         raise ValueError(
             f"{len(leaked)} held-out prompts leaked into training, e.g. {next(iter(leaked))!r}"
         )
+    signatures = {
+        line.strip()
+        for p in heldout
+        if p.source == "humaneval"
+        for line in p.text.splitlines()
+        if line.lstrip().startswith("def ")
+    }
+    if not signatures:
+        return
+    for p in train:
+        body = p.messages or p.text
+        if "def " not in body:
+            continue
+        quoted = {line.strip() for line in body.replace("\\n", "\n").splitlines()}
+        hit = signatures & quoted
+        if hit:
+            raise ValueError(f"training prompt {p.id} quotes held-out code: {next(iter(hit))!r}")

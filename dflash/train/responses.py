@@ -45,8 +45,8 @@ def _chunks(items: list, size: int) -> Iterator[list]:
         yield items[i : i + size]
 
 
-def _chat_ids(tokenizer, text: str) -> list[int]:
-    messages = [{"role": "user", "content": text}]
+def _chat_ids(tokenizer, text: str | list[dict[str, str]]) -> list[int]:
+    messages = [{"role": "user", "content": text}] if isinstance(text, str) else text
     return list(
         tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
     )
@@ -89,6 +89,17 @@ def self_written_prompts(llm, topics: list[str], n: int, seed: int = 0) -> list[
     return list(seen.values())[:n]
 
 
+def _skipped(prompt: Prompt) -> dict[str, Any]:
+    return {
+        "id": prompt.id,
+        "source": prompt.source,
+        "mode": "skipped",
+        "prompt_ids": [],
+        "response_ids": [],
+        "finish_reason": "prompt_too_long",
+    }
+
+
 def generate_responses(
     llm,
     prompts: list[Prompt],
@@ -99,8 +110,10 @@ def generate_responses(
     temperature: float = 0.8,
     chunk: int = 64,
     seed: int = 0,
+    max_prompt_tokens: int | None = None,
 ) -> int:
-    """Append {id, source, mode, prompt_ids, response_ids} per prompt; skip ids already done."""
+    """Append {id, source, mode, prompt_ids, response_ids} per prompt; skip ids already done.
+    Prompts longer than `max_prompt_tokens` get a record with no response ("skipped")."""
     from tqdm.auto import tqdm
     from vllm import SamplingParams
 
@@ -117,7 +130,17 @@ def generate_responses(
     written = 0
     with out_path.open("a") as f:
         for batch in _chunks(todo, chunk):
-            ids = [_chat_ids(tokenizer, p.text) for p in batch]
+            ids = [_chat_ids(tokenizer, p.chat()) for p in batch]
+            if max_prompt_tokens is not None:
+                fits = [len(x) <= max_prompt_tokens for x in ids]
+                for p, ok in zip(batch, fits, strict=True):
+                    if not ok:  # kept as done, with no response: resuming skips it too
+                        f.write(json.dumps(_skipped(p)) + "\n")
+                bar.update(fits.count(False))
+                batch = [p for p, ok in zip(batch, fits, strict=True) if ok]
+                ids = [x for x, ok in zip(ids, fits, strict=True) if ok]
+                if not batch:
+                    continue
             params = [
                 SamplingParams(
                     temperature=temperature, top_p=0.95, max_tokens=max_tokens, seed=seed + i

@@ -59,13 +59,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="prompts the model writes itself (default: %(default)s)",
     )
     data.add_argument(
+        "--code-prompts",
+        type=int,
+        default=3000,
+        help="complete/fix/explain/edit prompts over real third-party code from site-packages "
+        "(never the stdlib or HumanEval) (default: %(default)s)",
+    )
+    data.add_argument(
+        "--agent-prompts",
+        type=int,
+        default=1500,
+        help="agent-style prompts: tool output to summarise as JSON, multi-turn exchanges "
+        "quoting tool results, tool-call generation (default: %(default)s)",
+    )
+    data.add_argument(
         "--max-tokens", type=int, default=256, help="response length cap (default: %(default)s)"
     )
     data.add_argument(
         "--sampled-fraction",
         type=float,
-        default=0.4,
-        help="responses sampled at T=0.8 instead of greedy",
+        default=0.0,
+        help="responses sampled at T=0.8 instead of greedy (default: %(default)s: greedy "
+        "labels, which is what greedy verification accepts)",
     )
     model = p.add_argument_group("drafter")
     model.add_argument(
@@ -103,7 +118,7 @@ def _record_command(work: Path, stages: tuple[str, ...]) -> None:
 
 
 def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
-    from dflash.train.prompts import Prompt, check_disjoint, heldout_prompts, training_prompts
+    from dflash.train.prompts import check_disjoint, heldout_prompts, training_prompts
     from dflash.train.responses import (
         generate_responses,
         load_responses,
@@ -113,19 +128,21 @@ def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
 
     responses = work / "responses.jsonl"
     prompts = training_prompts(args.num_prompts, seed=args.seed)
+    prompts += _context_prompts(args, work / "context_prompts.jsonl")
     self_path = work / "self_prompts.jsonl"
     total = len(prompts) + args.self_written
     if len(load_responses(responses)) >= total:
         print(f"data: {responses} complete")
         return
-    llm = start_engine(str(model_dir), max_model_len=1024, max_num_seqs=64, seed=args.seed)
+    llm = start_engine(
+        str(model_dir), max_model_len=DATA_MAX_MODEL_LEN, max_num_seqs=64, seed=args.seed
+    )
     if args.self_written and not self_path.exists():
         from dflash.train.prompts import TOPICS
 
         own = self_written_prompts(llm, TOPICS, args.self_written, seed=args.seed)
-        self_path.write_text("".join(json.dumps(p.__dict__) + "\n" for p in own))
-    if self_path.exists():
-        prompts += [Prompt(**json.loads(line)) for line in self_path.read_text().splitlines()]
+        _save_prompts(own, self_path)
+    prompts += _load_prompts(self_path)
     check_disjoint(prompts, heldout_prompts())
     generate_responses(
         llm,
@@ -134,7 +151,45 @@ def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
         max_tokens=args.max_tokens,
         sampled_fraction=args.sampled_fraction,
         seed=args.seed,
+        max_prompt_tokens=DATA_MAX_MODEL_LEN - args.max_tokens,
     )
+
+
+DATA_MAX_MODEL_LEN = 1536
+"""Context of the data engine; longer prompts (prompt + max_tokens past it) are skipped."""
+
+
+def _save_prompts(prompts: list, path: Path) -> None:
+    path.write_text("".join(json.dumps(p.__dict__) + "\n" for p in prompts))
+
+
+def _load_prompts(path: Path) -> list:
+    from dflash.train.prompts import Prompt
+
+    if not path.exists():
+        return []
+    return [Prompt(**json.loads(line)) for line in path.read_text().splitlines()]
+
+
+def _context_prompts(args: argparse.Namespace, path: Path) -> list:
+    """Code-context and agent prompts, built once and kept in the work dir (they depend on
+    the installed packages, so a resumed job must reuse the same list)."""
+    if not path.exists() and (args.code_prompts or args.agent_prompts):
+        from dflash.train.code_prompts import (
+            TRAINING_PACKAGES,
+            StdlibIndex,
+            agent_prompts,
+            code_prompts,
+            collect_snippets,
+        )
+
+        print("data: indexing the standard library (excluded) and third-party code", flush=True)
+        snippets = collect_snippets(TRAINING_PACKAGES, StdlibIndex(), seed=args.seed)
+        built = code_prompts(snippets, args.code_prompts, seed=args.seed)
+        built += agent_prompts(snippets, args.agent_prompts, seed=args.seed)
+        _save_prompts(built, path)
+        print(f"data: {len(built)} prompts from {len(snippets)} functions -> {path}", flush=True)
+    return _load_prompts(path)
 
 
 def _drafter_config(args: argparse.Namespace, target, tokenizer):
