@@ -47,14 +47,12 @@ def hash_api_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def _enum_not_const(schema: dict[str, Any]) -> None:
-    """Write a one-value Literal as `enum` (Kubernetes structural schemas have no `const`)."""
-    if "const" in schema:
-        schema["enum"] = [schema.pop("const")]
-
-
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+DRAFTERLESS_METHODS = ("ngram", "suffix", "mtp")
+"""Speculative methods that draft without a separate drafter model."""
 
 
 class DrafterSpec(_Spec):
@@ -65,10 +63,20 @@ class DrafterSpec(_Spec):
         None,
         description="Local drafter directory; null = the drafter shipped for the bundled model.",
     )
-    method: Literal["dflash"] = Field(
-        "dflash", description="vLLM speculative method.", json_schema_extra=_enum_not_const
+    method: Literal["dflash", "ngram", "suffix", "eagle3", "mtp"] = Field(
+        "dflash",
+        description="vLLM speculative method: dflash (block-diffusion drafter; `path`, or the "
+        "shipped one for the bundled model), ngram (prompt lookup, no drafter), suffix "
+        "(suffix decoding, needs the arctic-inference package), eagle3 (an EAGLE-3 drafter "
+        "at `path`), mtp (the model's own multi-token-prediction layers).",
     )
     num_speculative_tokens: int = Field(7, ge=1, le=64, description="Tokens drafted per step.")
+    prompt_lookup_min: int = Field(
+        2, ge=1, description="ngram: shortest suffix of the text matched in the prompt."
+    )
+    prompt_lookup_max: int = Field(
+        4, ge=1, description="ngram: longest suffix of the text matched in the prompt."
+    )
     num_speculative_tokens_per_batch_size: (
         list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]] | None
     ) = Field(
@@ -83,6 +91,13 @@ class DrafterSpec(_Spec):
 
     @model_validator(mode="after")
     def _check_schedule(self) -> DrafterSpec:
+        if self.path is not None and self.method in DRAFTERLESS_METHODS:
+            raise ValueError(f"drafter.path: method {self.method!r} uses no drafter model")
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(
+                f"drafter.prompt_lookup_min ({self.prompt_lookup_min}) must be <= "
+                f"prompt_lookup_max ({self.prompt_lookup_max})"
+            )
         if self.num_speculative_tokens_per_batch_size is not None:
             check_speculation_schedule(
                 self.num_speculative_tokens_per_batch_size, self.num_speculative_tokens
@@ -242,7 +257,14 @@ class ModelSpec(_Spec):
     @model_validator(mode="after")
     def _check_drafter(self) -> ModelSpec:
         drafter = self.drafter
-        if drafter.enabled and drafter.path is None and self.source != BUNDLED_MODEL:
+        if drafter.enabled and drafter.path is None and drafter.method == "eagle3":
+            raise ValueError("drafter.path is required: method eagle3 needs an EAGLE-3 drafter")
+        if (
+            drafter.enabled
+            and drafter.path is None
+            and drafter.method == "dflash"
+            and self.source != BUNDLED_MODEL
+        ):
             raise ValueError(
                 "drafter.path is required: the shipped drafter only fits the bundled model"
             )

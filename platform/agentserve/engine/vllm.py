@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +36,36 @@ class DrafterMissingError(ValueError):
     """The spec enables a drafter but none is available for the model."""
 
 
-def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
-    """vLLM speculative_config for the model's drafter, or None when drafting is off."""
+def _drafter_dir(model: ModelSpec) -> Path:
     drafter = model.drafter
-    if not drafter.enabled:
-        return None
     path = Path(drafter.path).expanduser() if drafter.path else shipped_drafter(model.source)
     if path is None or not (path / "config.json").is_file():
         raise DrafterMissingError(
             f"model {model.name!r}: drafter directory {path or '(shipped)'} not found; "
             "train one with `agentserve train-drafter` or set drafter.path"
         )
+    return path
+
+
+def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
+    """vLLM speculative_config for the model's drafter, or None when drafting is off."""
+    drafter = model.drafter
+    if not drafter.enabled:
+        return None
     config: dict[str, Any] = {
         "method": drafter.method,
-        "model": str(path),
         "num_speculative_tokens": drafter.num_speculative_tokens,
     }
+    if drafter.method in ("dflash", "eagle3"):
+        config["model"] = str(_drafter_dir(model))
+    elif drafter.method == "ngram":
+        config["prompt_lookup_min"] = drafter.prompt_lookup_min
+        config["prompt_lookup_max"] = drafter.prompt_lookup_max
+    elif drafter.method == "suffix" and find_spec("arctic_inference") is None:
+        raise DrafterMissingError(
+            f"model {model.name!r}: drafter method 'suffix' needs the arctic-inference "
+            "package (pip install arctic-inference) in the engine's environment"
+        )
     if drafter.num_speculative_tokens_per_batch_size is not None:
         schedule = drafter.num_speculative_tokens_per_batch_size
         config["num_speculative_tokens_per_batch_size"] = [tuple(r) for r in schedule]

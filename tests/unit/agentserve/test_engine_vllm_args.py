@@ -107,3 +107,51 @@ def test_engine_args_that_the_spec_owns_are_refused(engine_args, message):
 
     with pytest.raises(ValidationError, match=message):
         _with_engine_args(engine_args)
+
+
+def _drafter_model(source="smollm2-135m-instruct", **drafter):
+    spec = {"models": [{"name": "m", "source": source, "drafter": {"enabled": True, **drafter}}]}
+    return DeploymentSpec.model_validate(spec).models[0]
+
+
+def test_ngram_needs_no_drafter_and_passes_its_lookup_window():
+    cfg = speculative_config(_drafter_model(method="ngram", prompt_lookup_max=5))
+    assert cfg == {
+        "method": "ngram",
+        "num_speculative_tokens": 7,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 5,
+    }
+    cfg = speculative_config(_drafter_model(source="/models/qwen", method="mtp"))
+    assert cfg == {"method": "mtp", "num_speculative_tokens": 7}
+
+
+def test_eagle3_points_vllm_at_its_drafter(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    cfg = speculative_config(_drafter_model(source="/m", method="eagle3", path=str(tmp_path)))
+    assert cfg == {"method": "eagle3", "model": str(tmp_path), "num_speculative_tokens": 7}
+
+
+def test_suffix_without_arctic_inference_is_a_clear_error(monkeypatch):
+    import agentserve.engine.vllm as vllm_args
+
+    monkeypatch.setattr(vllm_args, "find_spec", lambda name: None)
+    with pytest.raises(DrafterMissingError, match="pip install arctic-inference"):
+        speculative_config(_drafter_model(method="suffix"))
+
+
+@pytest.mark.parametrize(
+    ("source", "drafter", "message"),
+    [
+        ("smollm2-135m-instruct", {"method": "ngram", "path": "/d"}, "uses no drafter model"),
+        ("/m", {"method": "eagle3"}, "eagle3 needs an EAGLE-3 drafter"),
+        ("/m", {"method": "dflash"}, "only fits the bundled model"),
+        ("/m", {"method": "ngram", "prompt_lookup_min": 5}, "must be <= prompt_lookup_max"),
+        ("/m", {"method": "medusa"}, "Input should be"),
+    ],
+)
+def test_speculative_methods_are_validated(source, drafter, message):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=message):
+        _drafter_model(source=source, **drafter)
