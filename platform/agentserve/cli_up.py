@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.console import Console
-from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, SpecError, load_spec, spec_from_dict
+from agentserve.spec import (
+    BUNDLED_MODEL,
+    DRAFTERLESS_METHODS,
+    DeploymentSpec,
+    SpecError,
+    load_spec,
+    spec_from_dict,
+)
 
 __all__ = ["add_parser", "run_up"]
 
@@ -81,8 +88,32 @@ def check_drafters(spec: DeploymentSpec) -> dict[str, str | None]:
     found = {}
     for model in spec.models:
         config = speculative_config(model)
-        found[model.name] = None if config is None else config["model"]
+        if config is None:
+            found[model.name] = None
+        else:  # "dflash /path/to/drafter", "ngram"
+            found[model.name] = " ".join(filter(None, (config["method"], config.get("model"))))
     return found
+
+
+def with_speculation(spec: DeploymentSpec, method: str | None) -> DeploymentSpec:
+    """`--speculation METHOD`: every vLLM model drafts with METHOD ("none": no drafting).
+
+    A drafter path in the spec is kept for dflash/eagle3 and dropped for drafterless methods.
+    """
+    if method is None:
+        return spec
+    data = spec.model_dump(mode="json", exclude_unset=True)  # unset stays unset
+    data["models"] = [m.model_dump(mode="json", exclude_unset=True) for m in spec.models]
+    for entry, model in zip(data["models"], spec.models, strict=True):
+        if model.engine != "vllm":
+            continue
+        drafter = entry.setdefault("drafter", {})
+        drafter["enabled"] = method != "none"
+        if method != "none":
+            drafter["method"] = method
+            if method in DRAFTERLESS_METHODS:
+                drafter.pop("path", None)
+    return spec_from_dict(data, source=f"(with --speculation {method})")
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -104,6 +135,7 @@ def load_up_spec(args: argparse.Namespace) -> tuple[DeploymentSpec, list[str]]:
     from agentserve.drafters import shipped_drafter
 
     spec = load_spec(args.spec) if args.spec else DeploymentSpec()
+    spec = with_speculation(spec, getattr(args, "speculation", None))
     spec, notes = with_default_drafters(spec, args.drafter, shipped_drafter)
     return with_overrides(spec, args.host, args.port), notes
 
@@ -367,7 +399,7 @@ def _print_ready(
     console.say(f"  API      {s(base + '/v1', 'cyan')}   (OpenAI-compatible)")
     for m in spec.models:
         drafter = drafters.get(m.name)
-        spec_note = f"DFlash drafter {drafter}" if drafter else "no drafter"
+        spec_note = f"speculation {drafter}" if drafter else "no speculation"
         console.say(f"  model    {s(m.name, 'bold')}   ({spec_note})")
     admin = admin_url(spec)
     status = f"agentserve status --url {base}"
@@ -404,6 +436,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="force DFlash drafting on or off for every model (default: the spec's setting; "
         "the bundled model gets its shipped drafter unless the spec sets drafter.enabled)",
+    )
+    p.add_argument(
+        "--speculation",
+        choices=("dflash", "ngram", "suffix", "eagle3", "mtp", "none"),
+        default=None,
+        help="speculative decoding method for every model (default: the spec's drafter; "
+        "the bundled model drafts with its shipped DFlash drafter). ngram (prompt lookup) "
+        "needs no drafter; eagle3 needs drafter.path in the spec",
     )
     p.add_argument(
         "--start-timeout-s",

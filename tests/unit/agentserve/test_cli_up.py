@@ -11,11 +11,13 @@ import pytest
 from agentserve.cli import build_parser
 from agentserve.cli_up import (
     PortInUseError,
+    check_drafters,
     check_port_free,
     examples,
     run_up,
     with_default_drafters,
     with_overrides,
+    with_speculation,
 )
 from agentserve.console import Console
 from agentserve.serve.local import describe_progress, ray_num_cpus, readiness
@@ -49,6 +51,33 @@ def test_drafter_defaults_table(model, flag, shipped, enabled, noted):
     out, notes = with_default_drafters(spec, flag, shipped)
     assert out.models[0].drafter.enabled is enabled
     assert bool(notes) is noted
+
+
+@pytest.mark.parametrize(
+    ("model", "method", "enabled", "want_method", "want_path"),
+    [
+        ({}, "ngram", True, "ngram", None),  # the default model: n-gram instead of DFlash
+        ({"drafter": {"path": "/d", "enabled": True}}, "ngram", True, "ngram", None),
+        ({"drafter": {"path": "/d"}}, "eagle3", True, "eagle3", "/d"),
+        ({"drafter": {"enabled": True, "path": "/d"}}, "none", False, "dflash", "/d"),
+        ({"drafter": {"num_speculative_tokens": 3}}, None, None, "dflash", None),  # untouched
+    ],
+)
+def test_speculation_flag_table(model, method, enabled, want_method, want_path):
+    spec = with_speculation(spec_from_dict({"models": [{"source": "/m", **model}]}), method)
+    drafter = spec.models[0].drafter
+    assert drafter.method == want_method and drafter.path == want_path
+    # an explicit choice is not overridden by the shipped-drafter default
+    assert ("enabled" in drafter.model_fields_set) is (enabled is not None)
+    if enabled is not None:
+        assert drafter.enabled is enabled
+
+
+def test_up_with_ngram_needs_no_drafter_and_says_what_it_runs():
+    spec, _ = with_default_drafters(with_speculation(DeploymentSpec(), "ngram"), None, _missing)
+    assert check_drafters(spec) == {"smollm2-135m-instruct": "ngram"}
+    args = build_parser().parse_args(["up", "--speculation", "ngram"])
+    assert args.speculation == "ngram"
 
 
 def test_overrides_replace_host_port_and_revalidate():
