@@ -50,6 +50,11 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run vLLM without torch.compile (faster engine starts; distributions unchanged)",
     )
+    p.add_argument(
+        "--work",
+        default="runs/bench-sampling",
+        help="where the samples are kept for a rerun of the scoring (default: %(default)s)",
+    )
     p.add_argument("--docs", default="docs", help="docs directory (default: %(default)s)")
     p.set_defaults(handler=_run)
 
@@ -112,11 +117,34 @@ def sampling_table(records: list[dict[str, Any]]) -> str:
     return head + "\n".join(rows) + "\n"
 
 
+def _cached_runs(args, model_dir, configs, prompts, overrides) -> dict[str, Any]:
+    """The samples, kept in --work so that a stopped run's scoring can be redone without
+    sampling again (the key holds every argument that shapes the samples)."""
+    from agentserve.bench.sampling_check import sampling_runs
+
+    key = json.dumps(
+        [configs, prompts, args.settings, args.samples, args.max_tokens, overrides],
+        sort_keys=True,
+    )
+    path = Path(args.work) / "samples.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            print(f"reusing the samples in {path}", flush=True)
+            return saved["results"]
+    results = sampling_runs(
+        model_dir, configs, prompts, args.settings, args.samples, args.max_tokens, overrides
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "results": results}))
+    return results
+
+
 def _run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from agentserve.bench.report import replace_section, write_json
-    from agentserve.bench.sampling_check import CHECK_PROMPTS, distribution_records, sampling_runs
+    from agentserve.bench.sampling_check import CHECK_PROMPTS, distribution_records
     from agentserve.drafters import shipped_drafter
     from agentserve.models import resolve_model
     from agentserve.reference import chat_prompt_ids
@@ -131,9 +159,8 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     labels = [setting_label(s) for s in args.settings]
     print(f"sampling {len(prompts)} prompts x {args.samples} at {labels}", flush=True)
-    results = sampling_runs(
-        model_dir, configs, prompts, args.settings, args.samples, args.max_tokens
-    )
+    overrides = {"enforce_eager": True} if args.eager else None
+    results = _cached_runs(args, model_dir, configs, prompts, overrides)
     records = distribution_records(model_dir, prompts, results, args.settings)
     docs = Path(args.docs)
     path = docs / "benchmarks" / "speculative.json"

@@ -89,3 +89,23 @@ def test_bench_sampling_command_reads_its_settings(capsys):
         main(["bench", "sampling", "--settings", "0"])
     assert exit_info.value.code == 2
     assert "the temperature must be > 0" in capsys.readouterr().err
+
+
+def test_bench_sampling_keeps_its_samples_for_a_rerun(tmp_path, monkeypatch):
+    from agentserve.bench import sampling, sampling_check
+    from agentserve.cli import build_parser
+
+    calls = []
+
+    def fake_runs(*args):
+        calls.append(args)
+        return {"none": {"0.7": {"outputs": [[1, 2]]}}}
+
+    monkeypatch.setattr(sampling_check, "sampling_runs", fake_runs)
+    argv = ["bench", "sampling", "--eager", "--work", str(tmp_path), "--settings", "0.7"]
+    args = build_parser().parse_args(argv)
+    first = sampling._cached_runs(args, "/m", {"none": None}, [[5, 6]], {"enforce_eager": True})
+    again = sampling._cached_runs(args, "/m", {"none": None}, [[5, 6]], {"enforce_eager": True})
+    assert first == again and len(calls) == 1 and calls[0][-1] == {"enforce_eager": True}
+    sampling._cached_runs(args, "/m", {"none": None}, [[5, 7]], None)  # other prompts: resample
+    assert len(calls) == 2
