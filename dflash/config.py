@@ -28,13 +28,39 @@ def default_target_layer_ids(num_target_layers: int, num_features: int = 4) -> l
     return sorted({round(first + i * step) for i in range(num_features)})
 
 
+def _refuse_unsupported(data: dict[str, Any]) -> None:
+    sliding = [t for t in data.get("layer_types") or [] if t != "full_attention"]
+    if sliding or (data.get("use_sliding_window") and data.get("sliding_window")):
+        raise ValueError(
+            f"drafter config layer_types {data.get('layer_types')} / sliding_window: "
+            "sliding-window drafter layers are not supported (full_attention only)"
+        )
+    for rope in (data.get("rope_parameters") or {}, data.get("rope_scaling") or {}):
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind in (None, "default"):
+            continue
+        raise ValueError(
+            f"drafter config rope_parameters/rope_scaling rope_type {kind!r}: scaled RoPE "
+            "drafters are not supported (rope_type 'default' only)"
+        )
+    if not (data.get("dflash_config") or {}).get("target_layer_ids") and not data.get(
+        "target_layer_ids"
+    ):
+        raise ValueError(
+            "drafter config has no dflash_config.target_layer_ids: not a DFlash drafter"
+        )
+
+
 @dataclass
 class DFlashConfig:
     """Shape of a DFlash drafter and how it is conditioned on its target.
 
-    The drafter shares the target's embeddings and LM head, so `hidden_size` and
-    `vocab_size` equal the target's. `target_layer_ids` are 0-based target layers whose
-    outputs (the residual stream after that layer) are concatenated as context features.
+    The drafter shares the target's embeddings, so `hidden_size` and `vocab_size` equal the
+    target's. It shares the LM head too unless `draft_vocab_size` is set: then it has its own
+    head over that many target tokens (the most frequent ones) and a `d2t` map back to target
+    ids, the format vLLM's drafters read (8K rows instead of 49K cut drafting cost ~4x).
+    `target_layer_ids` are 0-based target layers whose outputs (the residual stream after
+    that layer) are concatenated as context features.
     A block is [last verified token, mask x (block_size - 1)]; one forward pass drafts
     block_size - 1 tokens.
     """
@@ -53,6 +79,7 @@ class DFlashConfig:
     rms_norm_eps: float = 1e-5
     rope_theta: float = 100000.0
     max_position_embeddings: int = 8192
+    draft_vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         if not self.target_layer_ids:
@@ -71,6 +98,13 @@ class DFlashConfig:
             raise ValueError(
                 f"target_layer_ids must be increasing, unique, in [0, {self.num_target_layers}):"
                 f" got {ids}"
+            )
+        if self.draft_vocab_size is not None and not (
+            self.block_size <= self.draft_vocab_size <= self.vocab_size
+        ):
+            raise ValueError(
+                f"draft_vocab_size must be in [{self.block_size}, {self.vocab_size}],"
+                f" got {self.draft_vocab_size}"
             )
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
@@ -102,12 +136,15 @@ class DFlashConfig:
     # -- vLLM / z-lab checkpoint format -----------------------------------------------
     def to_hf_dict(self) -> dict[str, Any]:
         """config.json for vLLM's `dflash` method (a Qwen3 config plus dflash_config)."""
-        return {
+        data = {
             "architectures": [VLLM_ARCHITECTURE],
+            "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},  # hf_remote_code.py
             "model_type": "qwen3",
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
             "num_hidden_layers": self.num_hidden_layers,
+            "layer_types": ["full_attention"] * self.num_hidden_layers,
+            "use_sliding_window": False,
             "num_attention_heads": self.num_attention_heads,
             "num_key_value_heads": self.num_key_value_heads,
             "head_dim": self.head_dim,
@@ -127,12 +164,19 @@ class DFlashConfig:
                 "target_layer_ids": list(self.target_layer_ids),
             },
         }
+        if self.draft_vocab_size is not None:
+            data["draft_vocab_size"] = self.draft_vocab_size
+        return data
 
     @classmethod
     def from_hf_dict(cls, data: dict[str, Any]) -> DFlashConfig:
-        """Read a DFlash config.json (ours, or a published z-lab checkpoint's)."""
+        """Read a DFlash config.json (ours, or a published z-lab checkpoint's).
+
+        Raises ValueError naming the field for shapes this drafter does not implement
+        (sliding-window layers, scaled RoPE) rather than loading them wrongly."""
         dflash = data.get("dflash_config") or {}
         rope = data.get("rope_parameters") or {}
+        _refuse_unsupported(data)
         num_heads = data["num_attention_heads"]
         return cls(
             hidden_size=data["hidden_size"],
@@ -149,6 +193,11 @@ class DFlashConfig:
             rms_norm_eps=data.get("rms_norm_eps", 1e-6),
             rope_theta=rope.get("rope_theta", data.get("rope_theta", 1_000_000.0)),
             max_position_embeddings=data.get("max_position_embeddings", 8192),
+            draft_vocab_size=(
+                None
+                if data.get("draft_vocab_size") in (None, data["vocab_size"])
+                else data["draft_vocab_size"]
+            ),
         )
 
     @classmethod

@@ -77,8 +77,9 @@ def propose(
     block_visible = torch.ones(batch, width, dtype=torch.bool, device=block.device)
     mask = torch.cat([ctx_visible, block_visible], dim=1)[:, None, None, :].expand(-1, 1, width, -1)
 
-    hidden = drafter(target.embed(block), positions, context, mask)[:, 1:]  # [B, K, H]
-    logits = target.logits(hidden.to(target.dtype))  # [B, K, V]
+    embeds = drafter.block_embeds(block, target.embed_tokens)
+    hidden = drafter(embeds, positions, context, mask)[:, 1:]  # [B, K, H]
+    logits = drafter.logits(hidden, target.lm_head)  # [B, K, V]
     if params.greedy:
         return logits.argmax(dim=-1), None
     probs = sampling_probs(logits, params)

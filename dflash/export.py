@@ -1,14 +1,16 @@
 """Save and load drafters as checkpoint directories that vLLM's `dflash` method loads.
 
 A directory holds config.json (DFlashConfig.to_hf_dict: a Qwen3 config + dflash_config) and
-model.safetensors with the drafter's own weights only (no embeddings, no LM head: vLLM
-shares the target's). Published checkpoints in the same format load here too.
+model.safetensors with the drafter's own weights only (no embeddings; no LM head unless the
+drafter has a reduced vocabulary, then `lm_head.weight` and the int64 `d2t` map). Published
+checkpoints in the same format load here too.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from dflash.model import DFlashDrafter
 __all__ = ["load_drafter", "save_drafter"]
 
 WEIGHTS = "model.safetensors"
+MASK_EMBEDDING = "mask_embedding.pt"
+REMOTE_CODE = Path(__file__).with_name("hf_remote_code.py")
 # Names some published checkpoints use for the same tensors.
 _ALIASES = {
     "midlayer.": "layers.0.",
@@ -37,12 +41,16 @@ def save_drafter(
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    state = {k: v.detach().to(dtype).contiguous().cpu() for k, v in drafter.state_dict().items()}
+    state = {
+        k: (v.detach().to(dtype) if v.is_floating_point() else v.detach()).contiguous().cpu()
+        for k, v in drafter.state_dict().items()
+    }
     save_file(state, tmp / WEIGHTS, metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(drafter.config.to_hf_dict(), indent=2) + "\n")
+    shutil.copyfile(REMOTE_CODE, tmp / "dflash.py")  # config auto_map: AutoModel loads it
     if directory.exists():
         for old in directory.iterdir():
-            if old.name in (WEIGHTS, "config.json"):
+            if old.name in (WEIGHTS, "config.json", "dflash.py"):
                 old.unlink()
         for new in tmp.iterdir():
             os.replace(new, directory / new.name)
@@ -67,13 +75,14 @@ def load_drafter(
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"{directory} is not a DFlash drafter directory (no config.json)")
     drafter = DFlashDrafter(DFlashConfig.load(directory))
+    shared = ("embed_tokens.",) if drafter.own_head else _SHARED
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors weights in {directory}")
     state: dict[str, torch.Tensor] = {}
     for file in files:
         for name, tensor in load_file(file).items():
-            if not name.startswith(_SHARED) and not _canonical(name).startswith(_SHARED):
+            if not name.startswith(shared) and not _canonical(name).startswith(shared):
                 state[_canonical(name)] = tensor
     missing, unexpected = drafter.load_state_dict(state, strict=False)
     if missing or unexpected:
@@ -81,4 +90,31 @@ def load_drafter(
             f"drafter weights in {directory} do not match its config: "
             f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
         )
-    return drafter.to(device=device, dtype=dtype).eval()
+    drafter.mask_embedding = _mask_embedding(directory, drafter.config)
+    drafter = drafter.to(device=device, dtype=dtype).eval()
+    if drafter.own_head:
+        ids = drafter.draft_token_ids()
+        if ids.min() < 0 or ids.max() >= drafter.config.vocab_size or len(ids.unique()) < len(ids):
+            raise ValueError(f"d2t in {directory} does not map to distinct target token ids")
+    return drafter
+
+
+def _mask_embedding(directory: Path, cfg: DFlashConfig) -> torch.Tensor | None:
+    """A published checkpoint's separately trained mask embedding, checked like vLLM does."""
+    path = directory / MASK_EMBEDDING
+    if not path.is_file():
+        return None
+    state = torch.load(path, weights_only=True, map_location="cpu")
+    if isinstance(state, dict):
+        if state.get("mask_token_id", cfg.mask_token_id) != cfg.mask_token_id:
+            raise ValueError(
+                f"{path}: mask_token_id {state.get('mask_token_id')} does not match "
+                f"dflash_config.mask_token_id {cfg.mask_token_id}"
+            )
+        state = state["embedding"]
+    vector = state.reshape(-1)
+    if vector.numel() != cfg.hidden_size:
+        raise ValueError(
+            f"{path}: embedding has {vector.numel()} values, hidden_size is {cfg.hidden_size}"
+        )
+    return vector.float()

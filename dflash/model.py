@@ -3,8 +3,10 @@
 Parameter names match vLLM's `DFlashDraftModel` (qwen3_dflash.py) exactly, so a
 state_dict saved from here loads there unchanged: layers.{i}.self_attn.{q,k,v,o}_proj,
 layers.{i}.self_attn.{q,k}_norm, layers.{i}.mlp.{gate,up,down}_proj,
-layers.{i}.{input,post_attention}_layernorm, fc, hidden_norm, norm. Embeddings and the
-LM head are the target's and are not part of the drafter.
+layers.{i}.{input,post_attention}_layernorm, fc, hidden_norm, norm. Embeddings are the
+target's. The LM head is the target's too, unless the config sets `draft_vocab_size`: then
+the drafter owns `lm_head` [draft_vocab_size, H] and `d2t` (vLLM's offset map: draft id i is
+target id i + d2t[i]) and its logits cover only those tokens (-inf elsewhere).
 
 Conditioning: target features (several layers' outputs, concatenated) -> fc ->
 hidden_norm give one context vector per verified position; every drafter layer projects
@@ -100,6 +102,46 @@ class DFlashDrafter(nn.Module):
         self.register_buffer(
             "inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False
         )
+        # A separately trained embedding for the mask slots (published `mask_embedding.pt`);
+        # None: the target's embedding of mask_token_id.
+        self.register_buffer("mask_embedding", None, persistent=False)
+        if cfg.draft_vocab_size is not None:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+            self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+
+    @property
+    def own_head(self) -> bool:
+        return self.config.draft_vocab_size is not None
+
+    def draft_token_ids(self) -> torch.Tensor:
+        """Target token id of each draft-vocabulary row [draft_vocab_size]."""
+        return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t
+
+    def set_draft_vocab(self, token_ids: torch.Tensor, target_head: torch.Tensor) -> None:
+        """Use these target token ids as the draft vocabulary; copy their target head rows."""
+        token_ids = token_ids.sort().values.to(self.d2t.device)
+        if len(token_ids) != len(self.d2t) or len(token_ids.unique()) != len(token_ids):
+            raise ValueError(f"need {len(self.d2t)} distinct token ids, got {len(token_ids)}")
+        with torch.no_grad():
+            self.d2t.copy_(token_ids - torch.arange(len(token_ids), device=token_ids.device))
+            self.lm_head.weight.copy_(target_head[token_ids.to(target_head.device)])
+
+    def block_embeds(self, block: torch.Tensor, embed: nn.Module) -> torch.Tensor:
+        """[last token, mask x K] ids [B, S] -> input embeddings [B, S, H]."""
+        x = embed(block)
+        if self.mask_embedding is not None:
+            x = x.clone()
+            x[:, 1:] = self.mask_embedding.to(x.dtype)
+        return x
+
+    def logits(self, hidden: torch.Tensor, target_head: nn.Module) -> torch.Tensor:
+        """Final-normed hidden [..., H] -> float logits over the target vocabulary [..., V]."""
+        if not self.own_head:
+            return target_head(hidden.to(target_head.weight.dtype)).float()
+        small = self.lm_head(hidden.to(self.lm_head.weight.dtype)).float()
+        full = small.new_full((*small.shape[:-1], self.config.vocab_size), float("-inf"))
+        full[..., self.draft_token_ids()] = small
+        return full
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return rope_cos_sin(self.inv_freq, positions)

@@ -5,7 +5,7 @@ Sources are functions parsed (never imported) from installed third-party package
 allowlist. Never used: the Python standard library's source or docstrings, any copy of
 them vendored inside a package (matched by docstring and by normalised source against an
 index of the stdlib), and HumanEval; the packages in `HELDOUT_PACKAGES` are kept for
-evaluation prompts built the same way (`code_prompts(..., heldout=True)`).
+evaluation prompts built the same way (`heldout_context_prompts`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ __all__ = [
     "agent_prompts",
     "code_prompts",
     "collect_snippets",
+    "heldout_context_prompts",
 ]
 
 TRAINING_PACKAGES = (
@@ -290,3 +291,13 @@ def agent_prompts(snippets: list[CodeSnippet], n: int, seed: int = 0) -> list[Pr
         if key not in out:
             out[key] = Prompt(f"agent-{len(out):06d}", kind, messages[-1]["content"], messages=key)
     return list(out.values())
+
+
+def heldout_context_prompts(n: int, seed: int = 10_000) -> list[Prompt]:
+    """Evaluation prompts of the same kinds (half code tasks, half agent/tool prompts) built
+    only from `HELDOUT_PACKAGES`, which no training prompt uses."""
+    snippets = collect_snippets(HELDOUT_PACKAGES, StdlibIndex(), per_package=60, seed=seed)
+    built = code_prompts(snippets, n // 2, seed=seed) + agent_prompts(snippets, n - n // 2, seed)
+    return [
+        Prompt(f"heldout-{p.id}", f"heldout-{p.source}", p.text, messages=p.messages) for p in built
+    ]

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from dflash.target import TargetModel
 
@@ -65,21 +66,41 @@ def extract_features(
     return len(records)
 
 
+class _ShardedFeatures:
+    """features[i] read on demand from the memory-mapped shards (the whole set of long
+    code-context sequences is larger than RAM; the page cache keeps the hot part)."""
+
+    def __init__(self, index: list[tuple[Path, str]]) -> None:
+        self._index = index
+        self._open: dict[Path, object] = {}
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        path, key = self._index[i]
+        if path not in self._open:
+            self._open[path] = safe_open(path, framework="pt")
+        return self._open[path].get_tensor(key)
+
+
 class FeatureStore:
-    """All shards in memory: per sequence features [T, F] bf16, tokens [T], response start."""
+    """Per sequence: features [T, F] bf16 (read lazily), tokens [T], response start."""
 
     def __init__(self, directory: str | Path) -> None:
-        self.features: list[torch.Tensor] = []
+        index: list[tuple[Path, str]] = []
         self.tokens: list[torch.Tensor] = []
         self.starts: list[int] = []
         for path in sorted(Path(directory).glob("features-*.safetensors")):
-            shard = load_file(path)
-            for i in range(sum(1 for k in shard if k.startswith("tokens_"))):
-                self.features.append(shard[f"features_{i}"])
-                self.tokens.append(shard[f"tokens_{i}"])
-                self.starts.append(int(shard[f"start_{i}"][0]))
+            with safe_open(path, framework="pt") as shard:
+                count = sum(1 for k in shard.keys() if k.startswith("tokens_"))  # noqa: SIM118
+                for i in range(count):
+                    index.append((path, f"features_{i}"))
+                    self.tokens.append(shard.get_tensor(f"tokens_{i}"))
+                    self.starts.append(int(shard.get_tensor(f"start_{i}")[0]))
         if not self.tokens:
             raise FileNotFoundError(f"no feature shards in {directory}")
+        self.features = _ShardedFeatures(index)
 
     def __len__(self) -> int:
         return len(self.tokens)

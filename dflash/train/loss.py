@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from dflash.train.masks import IGNORE
 
-__all__ = ["block_loss", "position_weights"]
+__all__ = ["OUT_OF_VOCAB", "block_loss", "position_weights"]
 
 
 def position_weights(block_size: int, gamma: float) -> torch.Tensor:
@@ -21,24 +21,31 @@ def position_weights(block_size: int, gamma: float) -> torch.Tensor:
     return w
 
 
+OUT_OF_VOCAB = -1
+"""Label of a token the drafter's reduced vocabulary lacks: no loss, counted as a miss."""
+
+
 def block_loss(
     hidden: torch.Tensor, lm_head: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """hidden [N, S, H] (final-normed), frozen lm_head weight [V, H], labels [N, S].
+    """hidden [N, S, H] (final-normed), lm_head weight [V, H] (the target's frozen head, or
+    the drafter's own reduced one), labels [N, S] as row ids of that head.
 
     Returns (weighted mean loss, correct [S] counts, valid [S] counts) for per-position
-    accuracy; the anchor position and out-of-sequence labels are ignored.
+    accuracy; the anchor position and out-of-sequence labels are ignored, OUT_OF_VOCAB
+    labels (reduced head) carry no loss and count as misses.
     """
     n, s, _ = hidden.shape
     logits = F.linear(hidden[:, 1:], lm_head).float()  # [N, S-1, V]
+    target = labels[:, 1:]
     ce = F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]),
-        labels[:, 1:].reshape(-1),
+        target.masked_fill(target == OUT_OF_VOCAB, IGNORE).reshape(-1),
         ignore_index=IGNORE,
         reduction="none",
     )
-    valid = (labels[:, 1:] != IGNORE).float()  # [N, S-1]
-    w = weights[1:].to(ce.device)[None, :] * valid
+    valid = (target != IGNORE).float()  # [N, S-1]
+    w = weights[1:].to(ce.device)[None, :] * valid * (target != OUT_OF_VOCAB)
     loss = (ce.view(n, s - 1) * w).sum() / w.sum().clamp_min(1e-9)
     with torch.no_grad():
         correct = ((logits.argmax(-1) == labels[:, 1:]).float() * valid).sum(0)

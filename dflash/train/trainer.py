@@ -1,8 +1,9 @@
 """Train a DFlash drafter on cached target features: AdamW, warmup + cosine, checkpoints.
 
-The target's embeddings and LM head are frozen inputs (the drafter shares them); only the
-drafter's own weights train. Runs under bf16 autocast (fast on CPUs with AMX/AVX512-bf16
-and on GPUs), keeps fp32 master weights, and checkpoints so a stopped job resumes.
+The target's embeddings (and its LM head, unless the drafter has its own reduced head) are
+frozen inputs; only the drafter's own weights train. Runs under bf16 autocast (fast on CPUs
+with AMX/AVX512-bf16 and on GPUs), keeps fp32 master weights, and checkpoints so a stopped
+job resumes.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ import torch
 from dflash.model import DFlashDrafter
 from dflash.target import TargetModel
 from dflash.train.features import FeatureStore
-from dflash.train.loss import block_loss, position_weights
-from dflash.train.masks import block_inputs, sample_anchors, training_mask
+from dflash.train.loss import OUT_OF_VOCAB, block_loss, position_weights
+from dflash.train.masks import IGNORE, block_inputs, sample_anchors, training_mask
 
-__all__ = ["TrainConfig", "init_from_target", "train"]
+__all__ = ["TrainConfig", "init_from_target", "select_draft_vocab", "train"]
 
 
 @dataclass
@@ -102,6 +103,34 @@ def _batch(
     )
 
 
+def _label_map(drafter: DFlashDrafter):
+    """Target token ids -> rows of the head being trained (reduced: OUT_OF_VOCAB if absent)."""
+    if not drafter.own_head:
+        return lambda labels: labels
+    table = torch.full((drafter.config.vocab_size,), OUT_OF_VOCAB, dtype=torch.long)
+    ids = drafter.draft_token_ids().cpu()
+    table[ids] = torch.arange(len(ids))
+
+    def to_row(labels: torch.Tensor) -> torch.Tensor:
+        return torch.where(labels == IGNORE, IGNORE, table[labels.clamp_min(0)])
+
+    return to_row
+
+
+def select_draft_vocab(
+    token_lists, vocab_size: int, size: int, always: tuple[int, ...] = ()
+) -> tuple[torch.Tensor, float]:
+    """The `size` most frequent token ids in `token_lists` (`always` included first), sorted,
+    and the fraction of all those tokens they cover."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for tokens in token_lists:
+        counts += torch.bincount(torch.as_tensor(tokens, dtype=torch.long), minlength=vocab_size)
+    rank = counts.clone()
+    rank[list(always)] = counts.sum() + 1
+    picked = rank.topk(size).indices.sort().values
+    return picked, float(counts[picked].sum() / counts.sum().clamp_min(1))
+
+
 def _save(path: Path, state: dict) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
@@ -123,7 +152,7 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path, log_path = out_dir / "checkpoint.pt", out_dir / "train_log.jsonl"
     embed = target.embed_tokens.weight.detach().float()
-    lm_head = target.lm_head.weight.detach()
+    to_row = _label_map(drafter)
     weights = position_weights(drafter.config.block_size, cfg.gamma)
     drafter.float().train()
     opt = torch.optim.AdamW(
@@ -156,8 +185,8 @@ def train(
             size = drafter.config.block_size
             loss, c, v = block_loss(
                 hidden.reshape(-1, size, hidden.shape[-1]),
-                lm_head,
-                labels.reshape(-1, size),
+                drafter.lm_head.weight if drafter.own_head else target.lm_head.weight.detach(),
+                to_row(labels.reshape(-1, size)),
                 weights,
             )
         opt.zero_grad(set_to_none=True)

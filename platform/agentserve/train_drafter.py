@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 from pathlib import Path
 
 __all__ = ["add_parser", "run"]
@@ -87,7 +88,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--layers", type=int, default=2, help="drafter layers (default: %(default)s)"
     )
     model.add_argument(
-        "--block-size", type=int, default=16, help="block size (default: %(default)s)"
+        "--block-size",
+        type=int,
+        default=8,
+        help="block size: the anchor + block_size - 1 drafted tokens, which is what serving "
+        "proposes (num_speculative_tokens) (default: %(default)s)",
+    )
+    model.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=8192,
+        help="rows of the drafter's own LM head: the most frequent tokens of the training "
+        "responses, exported with vLLM's d2t map; 0 = share the target's full head "
+        "(default: %(default)s)",
     )
     model.add_argument(
         "--init-from", default="28,29", help="target layers to warm-start from ('' = random)"
@@ -102,6 +115,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     train.add_argument(
         "--lr", type=float, default=6e-4, help="peak learning rate (default: %(default)s)"
+    )
+    train.add_argument(
+        "--gamma",
+        type=float,
+        default=4.0,
+        help="loss weight decay over block positions, exp(-(k-1)/gamma) (default: %(default)s)",
     )
     train.add_argument("--seed", type=int, default=0)
     p.set_defaults(handler=run)
@@ -201,7 +220,19 @@ def _drafter_config(args: argparse.Namespace, target, tokenizer):
         mask_token_id=mask_token_id_for(args.model, tokenizer),
         block_size=args.block_size,
         num_hidden_layers=args.layers,
+        draft_vocab_size=args.draft_vocab or None,
     )
+
+
+def _set_draft_vocab(drafter, target, tokenizer, records: list[dict]) -> None:
+    from dflash.train.trainer import select_draft_vocab
+
+    always = tuple(sorted({i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i}))
+    ids, covered = select_draft_vocab(
+        (r["response_ids"] for r in records), drafter.config.vocab_size, len(drafter.d2t), always
+    )
+    drafter.set_draft_vocab(ids, target.lm_head.weight.detach().float())
+    print(f"draft vocabulary: {len(ids)} tokens cover {covered:.1%} of response tokens")
 
 
 def _write_card(args, out: Path, work: Path, target, drafter, tokenizer, step: int) -> None:
@@ -220,7 +251,7 @@ def _write_card(args, out: Path, work: Path, target, drafter, tokenizer, step: i
     prompts = [chat_prompt_ids(tokenizer, p.text) for p in picked]
     evals = [
         evaluate_tau(target, drafter, prompts, tokenizer.eos_token_id, k)
-        for k in (7, drafter.config.num_draft_tokens)
+        for k in sorted({7, drafter.config.num_draft_tokens})
     ]
     records = load_responses(work / "responses.jsonl")
     data = {
@@ -273,13 +304,20 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     target = load_target(str(model_dir), dtype=torch.bfloat16)
     cfg = _drafter_config(args, target, tokenizer)
+    records = [r for r in load_responses(work / "responses.jsonl") if r["response_ids"]]
+    # a seeded shuffle: any prefix of the feature shards is a representative mix of sources,
+    # so training can start on the shards done so far while extraction continues later
+    random.Random(args.seed).shuffle(records)
     if "features" in stages:
-        records = [r for r in load_responses(work / "responses.jsonl") if r["response_ids"]]
         if not records:
             raise FileNotFoundError(f"no responses in {work}: run --stage data first")
-        extract_features(target, records, cfg.target_layer_ids, work / "features")
+        extract_features(
+            target, records, cfg.target_layer_ids, work / "features", max_len=DATA_MAX_MODEL_LEN
+        )
     drafter = DFlashDrafter(cfg)
     if "train" in stages:
+        if drafter.own_head:
+            _set_draft_vocab(drafter, target, tokenizer, records)
         if args.init_from:
             init_from_target(drafter, target, [int(i) for i in args.init_from.split(",")])
         tc = TrainConfig(
@@ -287,6 +325,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             blocks_per_seq=args.blocks_per_seq,
             lr=args.lr,
+            gamma=args.gamma,
             seed=args.seed,
         )
         train(drafter, target, FeatureStore(work / "features"), tc, work / "train")

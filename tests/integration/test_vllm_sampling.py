@@ -35,7 +35,7 @@ def records():
     model_dir = str(resolve_model(BUNDLED_MODEL, progress=False))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [chat_prompt_ids(tokenizer, text) for text in CHECK_PROMPTS[:2]]
-    configs = method_configs(["dflash", "ngram"], str(shipped_drafter(BUNDLED_MODEL)), 7)
+    configs = method_configs(["dflash", "ngram"], model_dir, str(shipped_drafter(BUNDLED_MODEL)), 7)
     # eager (no torch.compile): 30 s engine starts; the sampler under test is the same
     results = sampling_runs(model_dir, configs, prompts, SETTINGS, 64, 24, {"enforce_eager": True})
     return distribution_records(model_dir, prompts, results, SETTINGS)

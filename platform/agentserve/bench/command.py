@@ -26,10 +26,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     kinds = bench.add_subparsers(title="benchmarks", metavar="BENCH")
     p = kinds.add_parser(
         "speculative",
-        help="DFlash vs no speculation vs n-gram, vLLM and reference loop, one run",
-        description="Runs held-out prompts through vLLM (no speculation, DFlash 7 and 15 tokens, "
-        "n-gram) and the dflash reference loop at each temperature and batch size; writes "
-        "docs/benchmarks/speculative.json, a table in docs/benchmarks.md and "
+        help="DFlash vs no speculation vs n-gram (vs suffix), through vLLM, one run",
+        description="Runs held-out prompts (HumanEval + agent/code prompts from packages no "
+        "training prompt uses) through vLLM with each speculation method at each temperature "
+        "and batch size, then a float32 pass (none vs DFlash, greedy) that checks token "
+        "identity; writes docs/benchmarks/speculative.json, a table in docs/benchmarks.md and "
         "docs/img/speculative.png.",
     )
     p.add_argument("--model", default="smollm2-135m-instruct", help="bundled model or local HF dir")
@@ -37,8 +38,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--num-prompts",
         type=int,
-        default=16,
-        help="held-out prompts, half HumanEval half math (default: %(default)s)",
+        default=32,
+        help="held-out prompts: half HumanEval, half agent/code prompts built from held-out "
+        "packages (default: %(default)s)",
+    )
+    p.add_argument(
+        "--methods",
+        default="none,dflash:7,ngram:7,suffix:7",
+        help="comma list of METHOD[:k]; suffix is skipped when arctic-inference is not "
+        "installed (default: %(default)s)",
+    )
+    p.add_argument(
+        "--identity-dtype",
+        default="float32",
+        help="dtype of the greedy identity pass (none vs dflash); '' skips it "
+        "(default: %(default)s)",
     )
     p.add_argument("--max-tokens", type=int, default=128, help="per request (default: %(default)s)")
     p.add_argument("--batch-sizes", type=_ints, default=[1, 4], help="comma list (default: 1,4)")
@@ -47,8 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--engines",
-        default="vllm,reference",
-        help="comma list of vllm, reference (default: %(default)s)",
+        default="vllm",
+        help="comma list of vllm, reference (the dflash/generate.py loop) (default: %(default)s)",
     )
     p.add_argument(
         "--docs",
@@ -70,13 +84,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _heldout_ids(tokenizer, n: int) -> list[list[int]]:
-    from agentserve.reference import chat_prompt_ids
-    from dflash.train.prompts import heldout_prompts
+    from dflash.train.code_prompts import heldout_context_prompts
+    from dflash.train.prompts import humaneval_prompts
 
-    held = heldout_prompts()
-    code = [p for p in held if p.source == "humaneval"][: n - n // 2]
-    math = [p for p in held if p.source == "math-heldout"][: n // 2]
-    return [chat_prompt_ids(tokenizer, p.text) for p in code + math]
+    picked = humaneval_prompts()[: n - n // 2] + heldout_context_prompts(n // 2)
+    return [
+        list(tokenizer.apply_chat_template(p.chat(), add_generation_prompt=True, return_dict=False))
+        for p in picked
+    ]
+
+
+def _methods(text: str) -> list[tuple[str, int]]:
+    from importlib.util import find_spec
+
+    methods = []
+    for item in text.split(","):
+        name, _, k = item.partition(":")
+        if name == "suffix" and find_spec("arctic_inference") is None:
+            print("suffix: skipped (arctic-inference is not installed)", flush=True)
+            continue
+        methods.append((name, 0 if name == "none" else int(k or 7)))
+    return methods
 
 
 def _run_speculative(args: argparse.Namespace) -> int:
@@ -110,6 +138,7 @@ def _run_speculative(args: argparse.Namespace) -> int:
             f"vLLM: {len(prompts)} prompts x {args.temperatures} x batch {args.batch_sizes}",
             flush=True,
         )
+        methods = _methods(args.methods)
         cells += vllm_runs(
             str(model_dir),
             str(drafter_dir),
@@ -117,7 +146,21 @@ def _run_speculative(args: argparse.Namespace) -> int:
             args.max_tokens,
             args.batch_sizes,
             args.temperatures,
+            methods=methods,
         )
+        if args.identity_dtype:
+            k = next((k for m, k in methods if m == "dflash"), 7)
+            print(f"vLLM {args.identity_dtype}: greedy identity, none vs dflash:{k}", flush=True)
+            cells += vllm_runs(
+                str(model_dir),
+                str(drafter_dir),
+                prompts,
+                args.max_tokens,
+                args.batch_sizes,
+                [0.0],
+                methods=[("none", 0), ("dflash", k)],
+                dtype=args.identity_dtype,
+            )
     if "reference" in engines:
         from dflash.export import load_drafter
         from dflash.target import load_target

@@ -19,7 +19,13 @@ __all__ = [
 
 
 def _key(cell: dict[str, Any]) -> tuple:
-    return cell["engine"], cell["temperature"], cell["batch_size"]
+    return _engine(cell), cell["temperature"], cell["batch_size"]
+
+
+def _engine(cell: dict[str, Any]) -> str:
+    """The engine label: cells of another dtype are their own baseline group."""
+    dtype = cell.get("dtype", "bfloat16")
+    return cell["engine"] if dtype == "bfloat16" else f"{cell['engine']} {dtype}"
 
 
 def _divergence(outputs: list[list[int]], reference: list[list[int]]) -> dict[str, Any]:
@@ -104,7 +110,7 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
     for r in records:
         same = _identity(r, records)
         pos = ", ".join(str(a) for a in r["per_position_acceptance"][:4]) or "-"
-        cells = [r["engine"], r["method"], r["num_speculative_tokens"], f"{r['temperature']:g}"]
+        cells = [_engine(r), r["method"], r["num_speculative_tokens"], f"{r['temperature']:g}"]
         cells += [r["batch_size"], f"{r['tokens_per_s']:.1f}", f"{r['speedup_vs_no_spec']:.2f}x"]
         cells += [f"{r['tau']:.2f}", same, pos]
         rows.append("| " + " | ".join(str(c) for c in cells) + " |")
@@ -123,7 +129,7 @@ def histogram_lines(records: list[dict[str, Any]]) -> str:
             f"{n}: {c / steps:.0%}" for n, c in sorted(hist.items(), key=lambda x: int(x[0]))
         )
         lines.append(
-            f"- {r['engine']} {r['method']}{r['num_speculative_tokens']} "
+            f"- {_engine(r)} {r['method']}{r['num_speculative_tokens']} "
             f"T{r['temperature']:g} batch {r['batch_size']} ({steps} steps): {shares}"
         )
     return "\n".join(lines) + "\n"
@@ -135,10 +141,10 @@ def plot_speedups(records: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    engines = sorted({r["engine"] for r in records})
+    engines = sorted({_engine(r) for r in records})
     fig, axes = plt.subplots(1, len(engines), figsize=(6 * len(engines), 3.8), squeeze=False)
     for ax, engine in zip(axes[0], engines, strict=True):
-        mine = [r for r in records if r["engine"] == engine and r["method"] != "none"]
+        mine = [r for r in records if _engine(r) == engine and r["method"] != "none"]
         labels = [
             f"{r['method']}{r['num_speculative_tokens']}\nT{r['temperature']:g} b{r['batch_size']}"
             for r in mine

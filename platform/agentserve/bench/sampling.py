@@ -70,28 +70,16 @@ def _settings(text: str) -> list[Setting]:
 
 
 def method_configs(
-    methods: list[str], drafter_dir: str | None, k: int
+    methods: list[str], model_dir: str, drafter_dir: str | None, k: int
 ) -> dict[str, dict[str, Any] | None]:
     """vLLM speculative_config per method name; "none" (plain sampling) always first."""
+    from agentserve.bench.speculative import method_speculative_config
+
     configs: dict[str, dict[str, Any] | None] = {"none": None}
     for method in methods:
-        if method == "dflash":
-            if drafter_dir is None:
-                raise FileNotFoundError("no drafter: pass --drafter or train one")
-            configs[method] = {
-                "method": "dflash",
-                "model": drafter_dir,
-                "num_speculative_tokens": k,
-            }
-        elif method == "ngram":
-            configs[method] = {
-                "method": "ngram",
-                "num_speculative_tokens": k,
-                "prompt_lookup_max": 4,
-                "prompt_lookup_min": 2,
-            }
-        else:
-            raise ValueError(f"unknown method {method!r} (dflash, ngram)")
+        if method == "dflash" and drafter_dir is None:
+            raise FileNotFoundError("no drafter: pass --drafter or train one")
+        configs[method] = method_speculative_config(method, k, model_dir, drafter_dir)
     return configs
 
 
@@ -152,7 +140,10 @@ def _run(args: argparse.Namespace) -> int:
     model_dir = str(resolve_model(args.model))
     drafter = args.drafter or shipped_drafter(args.model)
     configs = method_configs(
-        args.methods.split(","), str(drafter) if drafter else None, args.num_speculative_tokens
+        args.methods.split(","),
+        model_dir,
+        str(drafter) if drafter else None,
+        args.num_speculative_tokens,
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [chat_prompt_ids(tokenizer, text) for text in CHECK_PROMPTS]

@@ -1,9 +1,11 @@
-"""`agentserve bench speculative`: DFlash vs no speculation vs n-gram, in one run.
+"""`agentserve bench speculative`: DFlash vs no speculation vs n-gram (vs suffix), one run.
 
-Through vLLM (one engine per method, each in its own process) and through the dflash
-reference loop, on held-out prompts (HumanEval + held-out math), at temperature 0 and 1,
-batch 1 and 4. Reports tokens/s, speedup over no speculation, tau (tokens per step),
-its histogram, per-position acceptance, and whether greedy outputs equal the baseline.
+Through vLLM (one engine per method, each in its own process) and optionally the dflash
+reference loop, on held-out prompts (HumanEval + agent/code prompts from held-out
+packages), at temperature 0 and 1, batch 1 and 4, plus a float32 pass that checks greedy
+DFlash output is token-identical to plain decoding when kernels are not the question.
+Reports tokens/s, speedup over no speculation, tau (tokens per step), its histogram,
+per-position acceptance, and whether greedy outputs equal the baseline.
 """
 
 from __future__ import annotations
@@ -13,9 +15,16 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
-__all__ = ["VLLM_METHODS", "histogram_from_positions", "reference_runs", "vllm_runs"]
+__all__ = [
+    "VLLM_METHODS",
+    "histogram_from_positions",
+    "method_speculative_config",
+    "reference_runs",
+    "vllm_runs",
+]
 
-VLLM_METHODS: list[tuple[str, int]] = [("none", 0), ("dflash", 7), ("dflash", 15), ("ngram", 7)]
+VLLM_METHODS: list[tuple[str, int]] = [("none", 0), ("dflash", 7), ("ngram", 7)]
+MAX_MODEL_LEN = 2048  # held-out agent prompts run to ~1.2K tokens
 
 
 def histogram_from_positions(drafts: int, accepted_per_pos: list[int]) -> dict[int, int]:
@@ -28,17 +37,23 @@ def histogram_from_positions(drafts: int, accepted_per_pos: list[int]) -> dict[i
     }
 
 
-def _speculative_config(method: str, k: int, drafter_dir: str) -> dict[str, Any] | None:
-    if method == "dflash":
-        return {"method": "dflash", "model": drafter_dir, "num_speculative_tokens": k}
-    if method == "ngram":
-        return {
-            "method": "ngram",
-            "num_speculative_tokens": k,
-            "prompt_lookup_max": 4,
-            "prompt_lookup_min": 2,
-        }
-    return None
+def method_speculative_config(
+    method: str, k: int, model_dir: str, drafter_dir: str | None
+) -> dict[str, Any] | None:
+    """vLLM speculative_config for one benchmark method, built exactly as `agentserve up`
+    builds it from a spec (same n-gram window, same drafter checks)."""
+    from agentserve.engine.vllm import speculative_config
+    from agentserve.spec import DeploymentSpec
+
+    drafter: dict[str, Any] = {"enabled": method != "none", "num_speculative_tokens": max(k, 1)}
+    if method != "none":
+        drafter["method"] = method
+    if method in ("dflash", "eagle3"):
+        drafter["path"] = drafter_dir
+    spec = DeploymentSpec.model_validate(
+        {"models": [{"name": "bench", "source": model_dir, "drafter": drafter}]}
+    )
+    return speculative_config(spec.models[0])
 
 
 def _vllm_worker(
@@ -51,6 +66,7 @@ def _vllm_worker(
     batch_sizes: list[int],
     temperatures: list[float],
     engine_overrides: dict[str, Any] | None = None,
+    dtype: str = "bfloat16",
 ) -> list[dict[str, Any]]:
     """One engine, all (temperature, batch) cells. Runs in a fresh process.
 
@@ -64,13 +80,13 @@ def _vllm_worker(
     cpu_engine_env()
     llm = LLM(
         model=model_dir,
-        dtype="bfloat16",
-        max_model_len=1024,
+        dtype=dtype,
+        max_model_len=MAX_MODEL_LEN,
         max_num_seqs=max(batch_sizes),
         seed=0,
         enable_prefix_caching=False,
         disable_log_stats=False,
-        speculative_config=_speculative_config(method, k, drafter_dir),
+        speculative_config=method_speculative_config(method, k, model_dir, drafter_dir),
         **(engine_overrides or {}),
     )
     try:
@@ -108,6 +124,7 @@ def _vllm_worker(
                 cells.append(
                     {
                         "engine": "vllm",
+                        "dtype": dtype,
                         "method": method,
                         "num_speculative_tokens": k,
                         "temperature": temperature,
@@ -139,6 +156,7 @@ def vllm_runs(
     temperatures: list[float],
     methods: list[tuple[str, int]] = VLLM_METHODS,
     engine_overrides: dict[str, Any] | None = None,
+    dtype: str = "bfloat16",
 ) -> list[dict[str, Any]]:
     """Each method in a fresh spawned process (vLLM engines don't share a process well)."""
     cells: list[dict[str, Any]] = []
@@ -156,8 +174,12 @@ def vllm_runs(
                 batch_sizes,
                 temperatures,
                 engine_overrides,
+                dtype,
             ).result()
-        print(f"  vllm {method} k={k}: done in {time.perf_counter() - started:.0f} s", flush=True)
+        print(
+            f"  vllm {dtype} {method} k={k}: done in {time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
         cells += got
     return cells
 
@@ -171,14 +193,15 @@ def reference_runs(
     temperatures: list[float],
     stop_id: int,
 ) -> list[dict[str, Any]]:
-    """The same grid through dflash/generate.py (plain vs DFlash 7 and 15)."""
+    """The same grid through dflash/generate.py (plain vs DFlash 7 and a full block)."""
     from collections import Counter
 
     from dflash.generate import generate
     from dflash.sampling import SamplingParams
 
     cells = []
-    for name, k in (("none", 0), ("dflash", 7), ("dflash", drafter.config.num_draft_tokens)):
+    full = drafter.config.num_draft_tokens
+    for name, k in dict.fromkeys((("none", 0), ("dflash", min(7, full)), ("dflash", full))):
         for temperature in temperatures:
             for batch in batch_sizes:
                 outputs, lengths, pos, drafted, seconds = [], [], None, 0, 0.0

@@ -47,6 +47,23 @@ def _drafter_dir(model: ModelSpec) -> Path:
     return path
 
 
+def _check_dflash_drafter(model: ModelSpec, path: Path) -> None:
+    """Refuse, by field, a drafter checkpoint vLLM would run wrongly or more drafts than it
+    was trained to make (positions past its block are untrained guesses)."""
+    from dflash.config import DFlashConfig
+
+    try:
+        cfg = DFlashConfig.load(path)
+    except (ValueError, KeyError) as exc:
+        raise DrafterMissingError(f"model {model.name!r}: drafter {path}: {exc}") from exc
+    k = model.drafter.num_speculative_tokens
+    if k > cfg.num_draft_tokens:
+        raise DrafterMissingError(
+            f"model {model.name!r}: drafter.num_speculative_tokens {k} exceeds what drafter "
+            f"{path} drafts per block (block_size {cfg.block_size} - 1 = {cfg.num_draft_tokens})"
+        )
+
+
 def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
     """vLLM speculative_config for the model's drafter, or None when drafting is off."""
     drafter = model.drafter
@@ -58,6 +75,8 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
     }
     if drafter.method in ("dflash", "eagle3"):
         config["model"] = str(_drafter_dir(model))
+        if drafter.method == "dflash":
+            _check_dflash_drafter(model, Path(config["model"]))
     elif drafter.method == "ngram":
         config["prompt_lookup_min"] = drafter.prompt_lookup_min
         config["prompt_lookup_max"] = drafter.prompt_lookup_max

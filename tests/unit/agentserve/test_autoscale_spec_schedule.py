@@ -49,10 +49,9 @@ def test_cli_prints_a_spec_that_loads_back(tmp_path, capsys):
     assert main(["spec", "speculation-schedule", str(path), "--model", "b"]) == 2
 
 
-def test_speculative_config_carries_the_filled_schedule(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
+def test_speculative_config_carries_the_filled_schedule(drafter_dir):
     spec = DeploymentSpec.model_validate(
-        {"models": [{"drafter": {"enabled": True, "path": str(tmp_path)}}]}
+        {"models": [{"drafter": {"enabled": True, "path": str(drafter_dir)}}]}
     )
     cfg = speculative_config(with_speculation_schedule(spec).models[0])
     assert cfg["num_speculative_tokens_per_batch_size"][0] == (1, 1, 4)

@@ -18,10 +18,17 @@ def test_no_drafter_means_no_speculation():
     assert kwargs["disable_log_stats"] is False
 
 
-def test_dflash_drafter_maps_to_speculative_config(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
-    cfg = speculative_config(_model(enabled=True, path=str(tmp_path), num_speculative_tokens=15))
-    assert cfg == {"method": "dflash", "model": str(tmp_path), "num_speculative_tokens": 15}
+def test_dflash_drafter_maps_to_speculative_config(drafter_dir):
+    cfg = speculative_config(_model(enabled=True, path=str(drafter_dir), num_speculative_tokens=15))
+    assert cfg == {"method": "dflash", "model": str(drafter_dir), "num_speculative_tokens": 15}
+
+
+def test_drafter_checkpoint_is_checked_before_vllm_sees_it(drafter_dir):
+    with pytest.raises(DrafterMissingError, match=r"num_speculative_tokens 16 exceeds.*= 15"):
+        speculative_config(_model(enabled=True, path=str(drafter_dir), num_speculative_tokens=16))
+    (drafter_dir / "config.json").write_text('{"layer_types": ["sliding_attention"]}')
+    with pytest.raises(DrafterMissingError, match="layer_types"):
+        speculative_config(_model(enabled=True, path=str(drafter_dir)))
 
 
 def test_missing_drafter_dir_is_a_clear_error(tmp_path):
@@ -29,12 +36,11 @@ def test_missing_drafter_dir_is_a_clear_error(tmp_path):
         speculative_config(_model(enabled=True, path=str(tmp_path / "missing")))
 
 
-def test_speculation_schedule_passes_through_to_vllm(tmp_path):
+def test_speculation_schedule_passes_through_to_vllm(drafter_dir):
     from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
-    (tmp_path / "config.json").write_text("{}")
     schedule = [[1, 1, 4], [2, 4, 2], [5, 8, 0]]
-    drafter = {"enabled": True, "path": str(tmp_path), "num_speculative_tokens": 4}
+    drafter = {"enabled": True, "path": str(drafter_dir), "num_speculative_tokens": 4}
     cfg = speculative_config(_model(**drafter, num_speculative_tokens_per_batch_size=schedule))
     assert cfg["num_speculative_tokens_per_batch_size"] == [(1, 1, 4), (2, 4, 2), (5, 8, 0)]
     lookup = build_dynamic_sd_schedule_lookup(cfg["num_speculative_tokens_per_batch_size"], 8, 4)
