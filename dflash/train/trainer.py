@@ -24,7 +24,7 @@ from dflash.train.features import FeatureStore
 from dflash.train.loss import OUT_OF_VOCAB, block_loss, position_weights
 from dflash.train.masks import IGNORE, block_inputs, sample_anchors, training_mask
 
-__all__ = ["TrainConfig", "init_from_target", "select_draft_vocab", "train"]
+__all__ = ["TrainConfig", "init_from_target", "select_draft_vocab", "train", "warm_start_from"]
 
 
 @dataclass
@@ -60,6 +60,23 @@ def init_from_target(drafter: DFlashDrafter, target: TargetModel, layers: list[i
             mine.input_layernorm.weight.copy_(theirs.input_layernorm.weight)
             mine.post_attention_layernorm.weight.copy_(theirs.post_attention_layernorm.weight)
         drafter.norm.weight.copy_(target.norm.weight)
+
+
+def warm_start_from(drafter: DFlashDrafter, directory) -> bool:
+    """Copy a saved drafter's weights (layers, fc, norms) into `drafter`; its own reduced
+    head (if any) keeps its initialisation. False, and nothing copied, when the shapes of
+    the shared weights differ (other layer count, feature layers or sizes)."""
+    from dflash.export import load_drafter
+
+    source = load_drafter(directory).state_dict()
+    mine = drafter.state_dict()
+    shared = {k: v for k, v in source.items() if k not in ("lm_head.weight", "d2t")}
+    if any(k not in mine or mine[k].shape != v.shape for k, v in shared.items()):
+        return False
+    if any(k not in shared for k in mine if k not in ("lm_head.weight", "d2t")):
+        return False
+    drafter.load_state_dict(shared, strict=False)
+    return True
 
 
 def _lr(cfg: TrainConfig, step: int) -> float:

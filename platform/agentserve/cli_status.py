@@ -81,6 +81,7 @@ MODEL_HEADER = (
     "acceptance_length",
     "accepted_tokens",
     "draft_tokens",
+    "est_speedup",
 )
 LATENCY_HEADER = (
     "model",
@@ -126,9 +127,26 @@ def model_rows(health: dict[str, Any] | None, metrics: MetricsSnapshot) -> list[
                 round(v["acceptance_length"], 2) if drafted else None,
                 _int(v.get("accepted_tokens")),
                 _int(drafted),
+                speedup_estimate(v),
             )
         )
     return rows
+
+
+def speedup_estimate(values: dict[str, float]) -> float | None:
+    """Decode speedup over no speculation implied by the measured acceptance: tokens per
+    step (tau) divided by how much longer a step verifying k drafts takes than a plain step
+    at the current batch (the autoscaler's fitted step-cost model). None without drafts."""
+    from agentserve.autoscale.model import LatencyModel
+
+    drafts, drafted = values.get("drafts"), values.get("draft_tokens")
+    if not drafts or not drafted:
+        return None
+    tau = 1.0 + values.get("accepted_tokens", 0.0) / drafts
+    batch = max(round(values.get("running") or 1), 1)
+    k = max(round(drafted / drafts), 1)
+    model = LatencyModel()
+    return round(tau * model.step_ms(batch, 0) / model.step_ms(batch, k), 2)
 
 
 def latency_rows(metrics: MetricsSnapshot) -> list[tuple]:

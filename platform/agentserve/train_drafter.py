@@ -103,7 +103,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(default: %(default)s)",
     )
     model.add_argument(
-        "--init-from", default="28,29", help="target layers to warm-start from ('' = random)"
+        "--init-from",
+        default="shipped",
+        help="warm start: 'shipped' (the shipped drafter's weights, when its shape matches; "
+        "else target layers 28,29), a drafter directory, comma-separated target layers, or '' "
+        "(random) (default: %(default)s)",
     )
     train = p.add_argument_group("training")
     train.add_argument("--steps", type=int, default=3000, help="(default: %(default)s)")
@@ -224,6 +228,27 @@ def _drafter_config(args: argparse.Namespace, target, tokenizer):
     )
 
 
+def _warm_start(args: argparse.Namespace, drafter, target) -> None:
+    """Initialise the drafter before step 0 (a resumed run loads its checkpoint instead)."""
+    from agentserve.drafters import shipped_drafter
+    from dflash.train.trainer import init_from_target, warm_start_from
+
+    choice = args.init_from
+    if choice == "shipped":
+        source = shipped_drafter(args.model)
+        if source is not None and warm_start_from(drafter, source):
+            print(f"warm start: {source}")
+            return
+        choice = "28,29"
+    if choice and Path(choice).is_dir():
+        if not warm_start_from(drafter, Path(choice)):
+            raise ValueError(f"--init-from {choice}: drafter shape does not match")
+        print(f"warm start: {choice}")
+    elif choice:
+        init_from_target(drafter, target, [int(i) for i in choice.split(",")])
+        print(f"warm start: target layers {choice}")
+
+
 def _set_draft_vocab(drafter, target, tokenizer, records: list[dict]) -> None:
     from dflash.train.trainer import select_draft_vocab
 
@@ -299,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
     from dflash.target import load_target
     from dflash.train.features import FeatureStore, extract_features
     from dflash.train.responses import load_responses
-    from dflash.train.trainer import TrainConfig, init_from_target, train
+    from dflash.train.trainer import TrainConfig, train
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     target = load_target(str(model_dir), dtype=torch.bfloat16)
@@ -318,8 +343,7 @@ def run(args: argparse.Namespace) -> int:
     if "train" in stages:
         if drafter.own_head:
             _set_draft_vocab(drafter, target, tokenizer, records)
-        if args.init_from:
-            init_from_target(drafter, target, [int(i) for i in args.init_from.split(",")])
+        _warm_start(args, drafter, target)
         tc = TrainConfig(
             steps=args.steps,
             batch_size=args.batch_size,

@@ -105,7 +105,7 @@ def test_rows_from_status_health_and_metrics():
         )
     ]
     # in_flight/queued are only exported once the ingress admitted a request
-    assert rows["model"] == [("m", "ok", None, None, 2, 0, 3.5, 25, 70)]
+    assert rows["model"][0][:9] == ("m", "ok", None, None, 2, 0, 3.5, 25, 70)
     (latency,) = rows["latency"]
     assert latency[:4] == ("m", "t", 2, 1)
     assert latency[4] is not None and latency[6] == pytest.approx(100.0, rel=0.3)
@@ -133,3 +133,18 @@ def test_render_human_has_the_three_tables():
     for header in ("DEPLOYMENT", "ACCEPTANCE_LENGTH", "TTFT_P95_MS"):
         assert header in text
     assert text.startswith("agentserve at http://h:1: ok\n")
+
+
+def test_speedup_estimate_divides_tau_by_the_step_cost_of_drafting():
+    from agentserve.autoscale.model import LatencyModel
+    from agentserve.cli_status import speedup_estimate
+
+    m = LatencyModel()
+    values = {"drafts": 10, "draft_tokens": 70, "accepted_tokens": 25, "running": 2}
+    expected = 3.5 * m.step_ms(2, 0) / m.step_ms(2, 7)
+    assert speedup_estimate(values) == pytest.approx(expected, abs=0.01)
+    assert speedup_estimate({**values, "accepted_tokens": 0}) < 1.0  # drafting that never pays
+    assert speedup_estimate({"drafts": 0}) is None
+    report = _report()
+    (row,) = report_rows(report)["model"]
+    assert row[-1] == pytest.approx(expected, abs=0.01)

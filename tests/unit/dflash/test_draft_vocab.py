@@ -125,3 +125,23 @@ def test_reduced_head_trains(small_head, tiny_target, tmp_path):
     assert generate(tiny_target, prompts[:4], 16, drafter=small_head).tokens == [
         o[:16] for o in outs[:4]
     ]
+
+
+def test_warm_start_copies_a_saved_drafter_but_keeps_the_reduced_head(
+    small_head, tiny_drafter, tiny_hf, tmp_path
+):
+    from dflash.train.trainer import warm_start_from
+
+    saved = save_drafter(tiny_drafter, tmp_path / "shipped", dtype=torch.float32)
+    head = small_head.lm_head.weight.detach().clone()
+    assert warm_start_from(small_head, saved)
+    torch.testing.assert_close(small_head.fc.weight, tiny_drafter.fc.weight)
+    torch.testing.assert_close(
+        small_head.layers[1].mlp.up_proj.weight, tiny_drafter.layers[1].mlp.up_proj.weight
+    )
+    assert torch.equal(small_head.lm_head.weight, head)
+    other = DFlashDrafter(
+        DFlashConfig.for_target(tiny_hf.config, mask_token_id=VOCAB - 1, num_hidden_layers=1)
+    )
+    before = other.fc.weight.detach().clone()
+    assert not warm_start_from(other, saved) and torch.equal(other.fc.weight, before)
