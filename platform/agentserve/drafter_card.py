@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-__all__ = ["evaluate_tau", "plot_curve", "write_card"]
+__all__ = ["card_for_run", "card_line", "evaluate_tau", "plot_curve", "write_card"]
 
 
 def evaluate_tau(
@@ -74,6 +74,7 @@ def write_card(
     evals: list[dict],
     step: int,
     log_path: Path,
+    lineage: str = "",
 ) -> None:
     """README.md + loss_curve.png (+ eval.json) beside the weights."""
     plot_curve(log_path, out_dir / "loss_curve.png")
@@ -90,24 +91,38 @@ def write_card(
         f"{config['dflash_config']['target_layer_ids']} (0-based), mask token id "
         f"{config['dflash_config']['mask_token_id']}."
     )
+    head = (
+        f"Its own LM head covers the {config['draft_vocab_size']} most frequent response tokens "
+        "(`lm_head.weight` + vLLM's `d2t` offset map); embeddings are the target's."
+        if config.get("draft_vocab_size")
+        else "Embeddings and LM head are the target's (not stored here)."
+    )
     (out_dir / "README.md").write_text(f"""# DFlash drafter for SmolLM2-135M-Instruct
 
 A block-diffusion drafter for speculative decoding (DFlash), trained by agentserve for the
 bundled target model. Loads in vLLM with
-`speculative_config={{"method": "dflash", "model": "<this dir>", "num_speculative_tokens": N}}`.
+`speculative_config={{"method": "dflash", "model": "<this dir>", "num_speculative_tokens": N}}`
+(N <= block size - 1), and in transformers with
+`AutoModel.from_pretrained("<this dir>", trust_remote_code=True)` (the `dflash.py` here).
 
 ## Architecture
 {arch}
-Embeddings and LM head are the target's (not stored here).
+{head}
 
 ## Data
-The target's own responses (vLLM, greedy and sampled at T=0.8) to prompts generated from seeds
-(arithmetic word problems, coding tasks, chat/instruction requests) and prompts the model wrote
-itself. HumanEval and a held-out math template set are excluded and used for evaluation.
+The target's own greedy responses (vLLM) to: seeded prompts (arithmetic word problems, coding
+tasks, chat requests), prompts the model wrote itself, code tasks (complete / fix / explain /
+edit / type hints / tests) over real functions from installed third-party packages, and
+agent-style prompts (tool output to summarise as JSON, multi-turn exchanges quoting tool
+results, tool calls from real schemas). Never used: HumanEval, the Python standard library's
+source or docstrings (and copies vendored in packages), and the held-out packages that the
+benchmark's agent/code prompts are built from.
 {json.dumps(data)}
 
 ## Training
 Command: `{command}`
+
+{lineage}
 
 Hyperparameters: {json.dumps(train_config)}
 
@@ -121,3 +136,70 @@ positions 1 / 4 / last: {acc[0]} / {acc[min(3, len(acc) - 1)]} / {acc[-1]}.
 |---|---|---|
 {rows}
 """)
+
+
+def card_line(directory: Path) -> str:
+    """The 'Trained N steps ...' line of a drafter's model card, to keep its history."""
+    card = directory / "README.md"
+    lines = card.read_text().splitlines() if card.exists() else []
+    return next((line.strip() for line in lines if line.startswith("Trained ")), "no card")
+
+
+def _lineage(work: Path) -> str:
+    path = work / "train" / "warm_start.txt"
+    return f"Warm start: {path.read_text().strip()}." if path.exists() else ""
+
+
+def card_for_run(
+    out: Path,
+    work: Path,
+    target,
+    drafter,
+    tokenizer,
+    step: int,
+    *,
+    eval_prompts: int = 32,
+    stages: tuple[str, ...] = ("data", "features", "train", "export"),
+) -> None:
+    """Evaluate tau on held-out prompts and write README.md, loss_curve.png, eval.json."""
+    from agentserve.reference import chat_prompt_ids
+    from dflash.train.features import FeatureStore
+    from dflash.train.prompts import heldout_prompts
+    from dflash.train.responses import load_responses
+
+    held = heldout_prompts()
+    half = eval_prompts // 2
+    picked = [p for p in held if p.source == "humaneval"][: eval_prompts - half] + [
+        p for p in held if p.source == "math-heldout"
+    ][:half]
+    prompts = [chat_prompt_ids(tokenizer, p.text) for p in picked]
+    evals = [
+        evaluate_tau(target, drafter, prompts, tokenizer.eos_token_id, k)
+        for k in sorted({7, drafter.config.num_draft_tokens})
+    ]
+    records = load_responses(work / "responses.jsonl")
+    store = FeatureStore(work / "features")
+    data = {
+        "responses": len(records),
+        "trained_on_sequences": len(store),
+        "trained_on_tokens": store.num_tokens,
+        "by_source": dict(Counter(r["source"] for r in records)),
+        "response_tokens": sum(len(r["response_ids"]) for r in records),
+        "heldout_eval_prompts": len(prompts),
+    }
+    commands = [
+        (work / f"{s}.command").read_text().strip()
+        for s in stages
+        if (work / f"{s}.command").exists()
+    ]
+    write_card(
+        out,
+        command=" && ".join(dict.fromkeys(commands)) or "agentserve train-drafter",
+        config=drafter.config.to_hf_dict(),
+        train_config=json.loads((work / "train" / "train_config.json").read_text()),
+        data=data,
+        evals=evals,
+        step=step,
+        log_path=work / "train" / "train_log.jsonl",
+        lineage=_lineage(work),
+    )

@@ -127,6 +127,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="loss weight decay over block positions, exp(-(k-1)/gamma) (default: %(default)s)",
     )
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--eval-prompts",
+        type=int,
+        default=32,
+        help="held-out prompts (half HumanEval, half math) for the model card's tau "
+        "(default: %(default)s)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -230,6 +237,7 @@ def _drafter_config(args: argparse.Namespace, target, tokenizer):
 
 def _warm_start(args: argparse.Namespace, drafter, target) -> None:
     """Initialise the drafter before step 0 (a resumed run loads its checkpoint instead)."""
+    from agentserve.drafter_card import card_line
     from agentserve.drafters import shipped_drafter
     from dflash.train.trainer import init_from_target, warm_start_from
 
@@ -237,16 +245,26 @@ def _warm_start(args: argparse.Namespace, drafter, target) -> None:
     if choice == "shipped":
         source = shipped_drafter(args.model)
         if source is not None and warm_start_from(drafter, source):
-            print(f"warm start: {source}")
+            _note_warm_start(
+                args, f"the previously shipped drafter's weights ({card_line(source)})"
+            )
             return
         choice = "28,29"
     if choice and Path(choice).is_dir():
         if not warm_start_from(drafter, Path(choice)):
             raise ValueError(f"--init-from {choice}: drafter shape does not match")
-        print(f"warm start: {choice}")
+        _note_warm_start(args, f"drafter {choice} ({card_line(Path(choice))})")
     elif choice:
         init_from_target(drafter, target, [int(i) for i in choice.split(",")])
-        print(f"warm start: target layers {choice}")
+        _note_warm_start(args, f"target layers {choice}")
+
+
+def _note_warm_start(args: argparse.Namespace, what: str) -> None:
+    path = Path(args.work_dir) / "train" / "warm_start.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():  # a resumed run keeps the note of its first start
+        path.write_text(what + "\n")
+    print(f"warm start: {what}")
 
 
 def _set_draft_vocab(drafter, target, tokenizer, records: list[dict]) -> None:
@@ -258,48 +276,6 @@ def _set_draft_vocab(drafter, target, tokenizer, records: list[dict]) -> None:
     )
     drafter.set_draft_vocab(ids, target.lm_head.weight.detach().float())
     print(f"draft vocabulary: {len(ids)} tokens cover {covered:.1%} of response tokens")
-
-
-def _write_card(args, out: Path, work: Path, target, drafter, tokenizer, step: int) -> None:
-    """Evaluate tau on held-out prompts and write README.md, loss_curve.png, eval.json."""
-    from collections import Counter
-
-    from agentserve.drafter_card import evaluate_tau, write_card
-    from agentserve.reference import chat_prompt_ids
-    from dflash.train.prompts import heldout_prompts
-    from dflash.train.responses import load_responses
-
-    held = heldout_prompts()
-    picked = [p for p in held if p.source == "humaneval"][:16] + [
-        p for p in held if p.source == "math-heldout"
-    ][:16]
-    prompts = [chat_prompt_ids(tokenizer, p.text) for p in picked]
-    evals = [
-        evaluate_tau(target, drafter, prompts, tokenizer.eos_token_id, k)
-        for k in sorted({7, drafter.config.num_draft_tokens})
-    ]
-    records = load_responses(work / "responses.jsonl")
-    data = {
-        "responses": len(records),
-        "by_source": dict(Counter(r["source"] for r in records)),
-        "response_tokens": sum(len(r["response_ids"]) for r in records),
-        "heldout_eval_prompts": len(prompts),
-    }
-    commands = [
-        (work / f"{s}.command").read_text().strip()
-        for s in STAGES
-        if (work / f"{s}.command").exists()
-    ]
-    write_card(
-        out,
-        command=" && ".join(dict.fromkeys(commands)) or "agentserve train-drafter",
-        config=drafter.config.to_hf_dict(),
-        train_config=json.loads((work / "train" / "train_config.json").read_text()),
-        data=data,
-        evals=evals,
-        step=step,
-        log_path=work / "train" / "train_log.jsonl",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -362,8 +338,17 @@ def run(args: argparse.Namespace) -> int:
             else (shipped_drafter(args.model) or DRAFTER_ROOT / "smollm2-135m-instruct-dflash")
         )
         save_drafter(drafter, out)
-        _write_card(
-            args, out, work, target, drafter.to(target.dtype).eval(), tokenizer, state["step"]
+        from agentserve.drafter_card import card_for_run
+
+        card_for_run(
+            out,
+            work,
+            target,
+            drafter.to(target.dtype).eval(),
+            tokenizer,
+            state["step"],
+            eval_prompts=args.eval_prompts,
+            stages=STAGES,
         )
         print(f"exported drafter (step {state['step']}) to {out}")
     return 0
