@@ -313,7 +313,12 @@ def run(args: argparse.Namespace) -> int:
         if not records:
             raise FileNotFoundError(f"no responses in {work}: run --stage data first")
         extract_features(
-            target, records, cfg.target_layer_ids, work / "features", max_len=DATA_MAX_MODEL_LEN
+            target,
+            records,
+            cfg.target_layer_ids,
+            work / "features",
+            max_len=DATA_MAX_MODEL_LEN,
+            shard_size=64,  # ~1-2 min of work each: a stopped job loses little
         )
     drafter = DFlashDrafter(cfg)
     if "train" in stages:

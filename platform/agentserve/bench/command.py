@@ -44,9 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--methods",
-        default="none,dflash:7,ngram:7,suffix:7",
-        help="comma list of METHOD[:k]; suffix is skipped when arctic-inference is not "
-        "installed (default: %(default)s)",
+        default="none,dflash:7,dflash+schedule:7,ngram:7,suffix:7",
+        help="comma list of METHOD[:k]; METHOD+schedule adds the autoscaler's per-batch-size "
+        "speculation schedule; suffix is skipped when arctic-inference is not installed "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--identity-dtype",
@@ -100,7 +101,7 @@ def _methods(text: str) -> list[tuple[str, int]]:
     methods = []
     for item in text.split(","):
         name, _, k = item.partition(":")
-        if name == "suffix" and find_spec("arctic_inference") is None:
+        if name.startswith("suffix") and find_spec("arctic_inference") is None:
             print("suffix: skipped (arctic-inference is not installed)", flush=True)
             continue
         methods.append((name, 0 if name == "none" else int(k or 7)))
@@ -149,7 +150,7 @@ def _run_speculative(args: argparse.Namespace) -> int:
             methods=methods,
         )
         if args.identity_dtype:
-            k = next((k for m, k in methods if m == "dflash"), 7)
+            k = next((k for m, k in methods if m.startswith("dflash")), 7)
             print(f"vLLM {args.identity_dtype}: greedy identity, none vs dflash:{k}", flush=True)
             cells += vllm_runs(
                 str(model_dir),
@@ -159,6 +160,7 @@ def _run_speculative(args: argparse.Namespace) -> int:
                 args.batch_sizes,
                 [0.0],
                 methods=[("none", 0), ("dflash", k)],
+                engine_overrides={"enforce_eager": True},  # identity, not speed: fast start
                 dtype=args.identity_dtype,
             )
     if "reference" in engines:

@@ -41,18 +41,25 @@ def method_speculative_config(
     method: str, k: int, model_dir: str, drafter_dir: str | None
 ) -> dict[str, Any] | None:
     """vLLM speculative_config for one benchmark method, built exactly as `agentserve up`
-    builds it from a spec (same n-gram window, same drafter checks)."""
+    builds it from a spec (same n-gram window, same drafter checks). "METHOD+schedule" adds
+    the autoscaler's per-batch-size speculation schedule (`agentserve spec
+    speculation-schedule`), which turns drafting down where the step-cost model says it
+    stops paying."""
+    from agentserve.autoscale.spec_schedule import with_speculation_schedule
     from agentserve.engine.vllm import speculative_config
     from agentserve.spec import DeploymentSpec
 
-    drafter: dict[str, Any] = {"enabled": method != "none", "num_speculative_tokens": max(k, 1)}
-    if method != "none":
-        drafter["method"] = method
-    if method in ("dflash", "eagle3"):
+    name, scheduled = method.removesuffix("+schedule"), method.endswith("+schedule")
+    drafter: dict[str, Any] = {"enabled": name != "none", "num_speculative_tokens": max(k, 1)}
+    if name != "none":
+        drafter["method"] = name
+    if name in ("dflash", "eagle3"):
         drafter["path"] = drafter_dir
     spec = DeploymentSpec.model_validate(
         {"models": [{"name": "bench", "source": model_dir, "drafter": drafter}]}
     )
+    if scheduled:
+        spec = with_speculation_schedule(spec)
     return speculative_config(spec.models[0])
 
 
