@@ -176,13 +176,24 @@ def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
     check_disjoint(prompts, heldout_prompts())
     generate_responses(
         llm,
-        prompts,
+        _interleaved(prompts),
         responses,
         max_tokens=args.max_tokens,
         sampled_fraction=args.sampled_fraction,
         seed=args.seed,
         max_prompt_tokens=DATA_MAX_MODEL_LEN - args.max_tokens,
     )
+
+
+def _interleaved(prompts: list) -> list:
+    """Round-robin over prompt kinds (seeded, code tasks, agent prompts, ...), so a data
+    job stopped early still holds every kind; the order within a kind is kept."""
+    from itertools import zip_longest
+
+    kinds: dict[str, list] = {}
+    for p in prompts:
+        kinds.setdefault(p.source.split("-")[0], []).append(p)
+    return [p for group in zip_longest(*kinds.values()) for p in group if p is not None]
 
 
 DATA_MAX_MODEL_LEN = 1536
