@@ -2,13 +2,15 @@
 tests in *_alerts_test.yaml (series that must fire and series that must not), and for every
 alert two mutations of its expression that those unit tests must catch: one that silences
 it (so a "must fire" case exists) and one that loosens it (so a "must not fire" case
-exists). Needs promtool (Debian package prometheus; ./install.sh --dev installs it).
+exists). Needs promtool (Debian package prometheus; ./install.sh --dev puts it in .venv/bin).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +21,22 @@ RULES = ROOT / "helm" / "agentserve" / "files" / "alerts" / "agentserve.rules.ya
 HERE = Path(__file__).resolve().parent
 SLA_TESTS = HERE / "sla_alerts_test.yaml"
 SERVING_TESTS = HERE / "serving_alerts_test.yaml"
-PROMTOOL = shutil.which("promtool")
+
+
+def _promtool() -> str | None:
+    """$PROMTOOL, else beside this Python (./install.sh --dev unpacks it there), else PATH."""
+    beside_python = Path(sys.executable).parent / "promtool"
+    for candidate in (os.environ.get("PROMTOOL"), str(beside_python), shutil.which("promtool")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+PROMTOOL = _promtool()
 pytestmark = pytest.mark.skipif(
     PROMTOOL is None,
-    reason="promtool not found: install Prometheus (apt-get install prometheus; "
-    "./install.sh --dev tries to)",
+    reason="promtool not found: ./install.sh --dev unpacks it into .venv/bin (Debian "
+    "package prometheus), or apt-get install prometheus",
 )
 
 NEVER = "vector(1) == 0"
