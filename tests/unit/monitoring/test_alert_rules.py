@@ -118,3 +118,61 @@ def test_unit_tests_catch_a_loosened_alert(tmp_path, alert):
     done = run_mutated(tmp_path, alert, lambda expr: expr.replace(old, new))
     assert done.returncode != 0, f"{alert} with {old!r} -> {new!r} went unnoticed"
     assert alert in done.stdout + done.stderr
+
+
+def test_status_attainment_and_burn_match_the_recording_rules(tmp_path):
+    """`agentserve status` and Prometheus compute the same attainment and burn from the
+    same counters: the exposition of a ServingMetrics, growing linearly over 5 minutes,
+    fed to promtool; its recording rule must give what sla_rows shows."""
+    from agentserve.cli_status import sla_rows
+    from agentserve.metrics_snapshot import parse_metrics
+    from agentserve.serve.metrics import ServingMetrics
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics = ServingMetrics({"gold": (0.5, 0.05), "silver": (0.2, 0.02)})
+    for i in range(9):  # gold: TTFT 7/9 within, TPOT 6/9; silver: TTFT 2/9, TPOT all
+        metrics.observe_request(
+            "a" if i % 2 else "b", "gold", ttft_s=0.1 if i < 7 else 0.9,
+            decode_s=0.1 if i < 6 else 1.0, prompt_tokens=1, output_tokens=11, status=200,
+        )  # fmt: skip
+        metrics.observe_request(
+            "a", "silver", ttft_s=0.1 if i < 2 else 0.9, decode_s=0.1, prompt_tokens=1,
+            output_tokens=11, status=200,
+        )  # fmt: skip
+    text = metrics.exposition().decode()
+    series = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith(("_count", "within_sla_total")):
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+                values = " ".join(repr(s.value * step / 5) for step in range(6))
+                series.append({"series": f"{s.name}{{{labels}}}", "values": values})
+    exp_attainment, exp_burn = [], []
+    for tenant, _, _, ttft_pct, ttft_burn, _, tpot_pct, tpot_burn, _ in sla_rows(
+        parse_metrics(text)
+    ):
+        for objective, pct, burn in (("ttft", ttft_pct, ttft_burn), ("tpot", tpot_pct, tpot_burn)):
+            labels = f'{{objective="{objective}",tenant="{tenant}"}}'
+            exp_attainment.append({"labels": labels, "value": round(pct / 100, 3)})
+            exp_burn.append({"labels": labels, "value": burn})
+    assert {e["value"] for e in exp_attainment} == {0.778, 0.667, 0.222, 1.0}
+    record = "agentserve:sla_attainment:ratio_rate5m"
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {"expr": f"round({record}, 0.001)", "eval_time": "5m",
+                     "exp_samples": exp_attainment},
+                    {"expr": f"round((1 - {record}) / 0.05, 0.01)", "eval_time": "5m",
+                     "exp_samples": exp_burn},
+                ],
+            }
+        ],
+    }  # fmt: skip
+    (tmp_path / "status_test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    done = promtool("test", "rules", str(tmp_path / "status_test.yaml"))
+    assert done.returncode == 0, done.stdout + done.stderr
