@@ -74,9 +74,31 @@ if [ "$traces" = 1 ]; then
   "$phoenix_venv/bin/python" -m pip --disable-pip-version-check install -q "arize-phoenix==20.26.1"
 fi
 
-# Test tools beyond pip: a static helm for the chart tests (helm lint/template).
+# promtool and prometheus (Debian package prometheus, Go binaries needing only libc) for
+# the alert rule tests, unpacked into the venv rather than installed: no root needed when
+# apt's package lists exist, and no Prometheus service gets started. Never fatal.
+install_prometheus() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  "$venv/bin/promtool" --version >/dev/null 2>&1 && return 0
+  command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 || return 1
+  local work rc=0
+  work=$(mktemp -d)
+  (cd "$work" && apt-get download -q prometheus >/dev/null 2>&1) \
+    || { [ "$(id -u)" = 0 ] && apt-get update -q >/dev/null 2>&1 \
+         && (cd "$work" && apt-get download -q prometheus >/dev/null 2>&1); } \
+    || rc=1
+  if [ "$rc" = 0 ]; then
+    dpkg-deb -x "$work"/prometheus_*.deb "$work/root" \
+      && cp "$work/root/usr/bin/promtool" "$work/root/usr/bin/prometheus" "$venv/bin/" || rc=1
+  fi
+  rm -rf "$work"
+  return "$rc"
+}
+
+# Test tools beyond pip: a static helm for the chart tests (helm lint/template), promtool.
 if [[ " ${extras[*]} " == *" dev "* ]]; then
   helm/install-helm.sh "$venv/bin/helm" || echo "install.sh: helm not installed; chart tests will skip" >&2
+  install_prometheus || echo "install.sh: warning: promtool not installed (apt-get download prometheus failed); alert rule tests will skip" >&2
 fi
 
 "$py" -c 'import vllm, transformers, ray.serve, agentserve, dflash' \

@@ -117,6 +117,16 @@ def _addons() -> dict[str, Any]:
                 "Grafana dashboards.")},
             "Grafana integration.",
         ),
+        "monitoring": _obj(
+            {"prometheusRule": _obj(
+                {"enabled": _bool("Create a PrometheusRule with the SLA burn-rate and "
+                                  "serving alerts (needs the Prometheus Operator CRDs)."),
+                 "labels": {"type": "object", "additionalProperties": {"type": "string"},
+                            "description": "Extra labels, e.g. the release label your "
+                            "Prometheus selects rules by."}},
+                "The alert rules of files/alerts/agentserve.rules.yaml as a PrometheusRule.")},
+            "Prometheus Operator integration of the serving metrics.",
+        ),
     }  # fmt: skip
 
 

@@ -1,9 +1,10 @@
-"""`agentserve status`: deployments, replicas and live TTFT/TPOT of a running server.
+"""`agentserve status`: deployments, replicas, live TTFT/TPOT and SLA burn of a server.
 
 Reads three endpoints of the ingress: GET /status (Serve deployments and replica states),
 GET /health (per-model engine health) and GET /metrics (latency histograms, queue and
-DFlash counters). Latency is cumulative since the server started; with --watch each
-refresh shows the window since the previous one. Rows are built by pure functions.
+DFlash counters, per-tenant SLA objectives and requests within them). Latency and SLA
+attainment are cumulative since the server started; with --watch each refresh shows the
+window since the previous one. Rows are built by pure functions.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any
 from agentserve.console import Console
 from agentserve.metrics_snapshot import MetricsSnapshot, parse_metrics
 
-__all__ = ["Report", "add_parser", "report_rows", "run_status"]
+__all__ = ["Report", "add_parser", "burn_rate", "report_rows", "run_status", "sla_rows"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_S = 10.0
+SLA_BUDGET = 0.05  # objectives are p95: 5% of requests may miss them
+FAST_BURN, SLOW_BURN = 14.4, 6.0  # the burn-rate alerts' thresholds (docs/operations.md)
 
 
 class ServerUnreachableError(ConnectionError):
@@ -93,6 +96,17 @@ LATENCY_HEADER = (
     "tpot_p50_ms",
     "tpot_p95_ms",
     "output_tokens",
+)
+SLA_HEADER = (
+    "tenant",
+    "requests",
+    "ttft_slo_ms",
+    "ttft_attained_pct",
+    "ttft_burn",
+    "tpot_slo_ms",
+    "tpot_attained_pct",
+    "tpot_burn",
+    "state",
 )
 
 
@@ -171,14 +185,57 @@ def latency_rows(metrics: MetricsSnapshot) -> list[tuple]:
     return rows
 
 
+def burn_rate(measured: float, within: float) -> float | None:
+    """Error-budget burn rate of one objective: (1 - attainment) / SLA_BUDGET, attainment =
+    within / measured (the alert rules' formula); None without measured requests."""
+    if measured <= 0:
+        return None
+    return (1.0 - min(within, measured) / measured) / SLA_BUDGET
+
+
+def sla_state(burns: list[float | None]) -> str:
+    """The worst burn against the alerts' thresholds: fast-burn (> 14.4), slow-burn (> 6),
+    over-budget (> 1), ok, or '-' without requests."""
+    known = [b for b in burns if b is not None]
+    if not known:
+        return "-"
+    worst = max(known)
+    for limit, state in ((FAST_BURN, "fast-burn"), (SLOW_BURN, "slow-burn"), (1.0, "over-budget")):
+        if worst > limit:
+            return state
+    return "ok"
+
+
+def sla_rows(metrics: MetricsSnapshot) -> list[tuple]:
+    """One row per tenant with objectives: requests measured, then per objective (TTFT,
+    TPOT) its p95 target in ms, % of requests within it and the burn rate, summed over
+    models from the same counters the alert rules read; last the sla_state."""
+    rows = []
+    for tenant in sorted({t for t, _ in metrics.objectives}):
+        mine = [s for (_, t), s in metrics.tenants.items() if t == tenant]
+        row: list = [tenant, _int(sum(s.ttft.count for s in mine))]
+        burns = []
+        for objective in ("ttft", "tpot"):
+            measured = sum(getattr(s, objective).count for s in mine)
+            within = sum(s.within_sla.get(objective, 0.0) for s in mine)
+            burn = burn_rate(measured, within)
+            burns.append(burn)
+            pct = None if burn is None else round(100.0 * min(within, measured) / measured, 1)
+            target = metrics.objectives.get((tenant, objective))
+            row += [_ms(target), pct, None if burn is None else round(burn, 2)]
+        rows.append((*row, sla_state(burns)))
+    return rows
+
+
 def report_rows(report: Report, metrics: MetricsSnapshot | None = None) -> dict[str, list]:
-    """{"deployment": rows, "model": rows, "latency": rows}; `metrics` overrides the
-    report's (e.g. a --watch window)."""
+    """{"deployment": rows, "model": rows, "latency": rows, "sla": rows}; `metrics`
+    overrides the report's (e.g. a --watch window)."""
     m = report.metrics if metrics is None else metrics
     return {
         "deployment": deployment_rows(report.status),
         "model": model_rows(report.health, m),
         "latency": latency_rows(m),
+        "sla": sla_rows(m),
     }
 
 
@@ -191,11 +248,16 @@ def _int(value: float | None) -> int | None:
 
 
 # -- output ------------------------------------------------------------------------------------
-_HEADERS = {"deployment": DEPLOYMENT_HEADER, "model": MODEL_HEADER, "latency": LATENCY_HEADER}
+_HEADERS = {
+    "deployment": DEPLOYMENT_HEADER,
+    "model": MODEL_HEADER,
+    "latency": LATENCY_HEADER,
+    "sla": SLA_HEADER,
+}
 
 
 def render(console: Console, report: Report, rows: dict[str, list], window: str) -> None:
-    """Plain: one JSON line per row ({"kind": ..., column: value}). Human: three tables."""
+    """Plain: one JSON line per row ({"kind": ..., column: value}). Human: four tables."""
     overall = (report.health or {}).get("status", "unknown")
     if console.plain:
         console.record({"kind": "server", "url": report.url, "health": overall, "window": window})
@@ -207,12 +269,18 @@ def render(console: Console, report: Report, rows: dict[str, list], window: str)
     console.say(f"agentserve at {report.url}: {console.style(overall, 'bold', colour)}")
     if report.status is None:
         console.say("(no /status endpoint: deployments unknown)")
-    for kind in ("deployment", "model", "latency"):
+    for kind in ("deployment", "model", "latency", "sla"):
         if rows[kind]:
             console.say()
             console.table([h.upper() for h in _HEADERS[kind]], rows[kind])
     console.say()
-    console.say(console.style(f"latency over {window}; '-' = no data yet", "dim"))
+    console.say(
+        console.style(
+            f"latency and SLA over {window}; burn = (1 - attained) / 5% budget "
+            f"(alerts: > {FAST_BURN:g} fast, > {SLOW_BURN:g} slow); '-' = no data yet",
+            "dim",
+        )
+    )
 
 
 def run_status(args: argparse.Namespace, console: Console | None = None) -> int:
@@ -241,10 +309,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `status` on the CLI's subparsers."""
     p = sub.add_parser(
         "status",
-        help="deployments, replicas and live TTFT/TPOT of a running server",
+        help="deployments, replicas, live TTFT/TPOT and per-tenant SLA burn of a server",
         description="Show a running agentserve's Serve deployments and replica states, "
-        "per-model health, queue and DFlash acceptance, and per model+tenant TTFT/TPOT "
-        "percentiles (from its /status, /health and /metrics endpoints).",
+        "per-model health, queue and DFlash acceptance, per model+tenant TTFT/TPOT "
+        "percentiles, and per tenant its SLA: the TTFT and TPOT p95 targets (the server "
+        "exports them from its DeploymentSpec, so no flag is needed), the share of "
+        "requests within each, and the error-budget burn rate = (1 - attained) / 0.05, "
+        "the series and formula the alert rules use; the burn-rate alerts fire above "
+        "14.4 (over 1h and 5m) and 6 (over 6h and 30m). Figures cover the server's "
+        "lifetime, or with --watch each interval (from its /status, /health and /metrics "
+        "endpoints).",
     )
     p.add_argument(
         "--url",

@@ -71,13 +71,15 @@ class Histogram:
 
 @dataclass
 class TenantStats:
-    """One (model, tenant): latency histograms, request counts by HTTP status, tokens."""
+    """One (model, tenant): latency histograms, request counts by HTTP status, tokens, and
+    requests within the tenant's SLA by objective ("ttft", "tpot")."""
 
     ttft: Histogram = field(default_factory=Histogram)
     tpot: Histogram = field(default_factory=Histogram)
     requests: dict[str, float] = field(default_factory=dict)
     prompt_tokens: float = 0.0
     output_tokens: float = 0.0
+    within_sla: dict[str, float] = field(default_factory=dict)
 
     def minus(self, before: TenantStats) -> TenantStats:
         return TenantStats(
@@ -86,6 +88,7 @@ class TenantStats:
             {s: n - before.requests.get(s, 0.0) for s, n in self.requests.items()},
             self.prompt_tokens - before.prompt_tokens,
             self.output_tokens - before.output_tokens,
+            {o: n - before.within_sla.get(o, 0.0) for o, n in self.within_sla.items()},
         )
 
 
@@ -93,10 +96,12 @@ class TenantStats:
 class MetricsSnapshot:
     """tenants: (model, tenant) -> TenantStats; models: model -> {name: value} with the
     keys in_flight, queued, running, waiting, drafts, draft_tokens, accepted_tokens,
-    acceptance_length (those exported)."""
+    acceptance_length (those exported); objectives: (tenant, "ttft" | "tpot") -> the p95
+    objective in seconds."""
 
     tenants: dict[tuple[str, str], TenantStats] = field(default_factory=dict)
     models: dict[str, dict[str, float]] = field(default_factory=dict)
+    objectives: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def minus(self, before: MetricsSnapshot) -> MetricsSnapshot:
         """The window since `before`: counters and histograms subtract, gauges stay."""
@@ -110,7 +115,7 @@ class MetricsSnapshot:
             models[name] = {
                 k: v - old.get(k, 0.0) if k in _MODEL_COUNTERS else v for k, v in values.items()
             }
-        return MetricsSnapshot(tenants, models)
+        return MetricsSnapshot(tenants, models, dict(self.objectives))
 
 
 def parse_metrics(text: str) -> MetricsSnapshot:
@@ -128,11 +133,16 @@ def _add_sample(snap: MetricsSnapshot, name: str, labels: dict[str, str], value:
     if name in _MODEL_VALUES:
         snap.models.setdefault(model, {})[_MODEL_VALUES[name]] = value
         return
-    if "tenant" not in labels or "model" not in labels:  # e.g. per-tenant SLA objectives
+    if name == "sla_objective_seconds" and "tenant" in labels:
+        snap.objectives[(labels["tenant"], labels.get("objective", ""))] = value
+        return
+    if "tenant" not in labels or "model" not in labels:
         return
     stats = snap.tenants.setdefault((model, labels["tenant"]), TenantStats())
     if name == "requests_total":
         stats.requests[labels.get("status", "")] = value
+    elif name == "requests_within_sla_total":
+        stats.within_sla[labels.get("objective", "")] = value
     elif name in _TENANT_COUNTERS:
         setattr(stats, _TENANT_COUNTERS[name], value)
     else:

@@ -71,6 +71,13 @@ class DrafterSpec(_Spec):
         "at `path`), mtp (the model's own multi-token-prediction layers).",
     )
     num_speculative_tokens: int = Field(7, ge=1, le=64, description="Tokens drafted per step.")
+    min_acceptance_length: float = Field(
+        1.2,
+        ge=1.0,
+        description="Alert floor on the mean tokens per verify step (tau): the "
+        "AgentserveAcceptanceCollapsed alert fires when the drafter stays below it "
+        "(exported as agentserve_spec_decode_acceptance_floor); 1.0 = never.",
+    )
     prompt_lookup_min: int = Field(
         2, ge=1, description="ngram: shortest suffix of the text matched in the prompt."
     )

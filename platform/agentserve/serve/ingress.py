@@ -41,7 +41,7 @@ from agentserve.engine.protocol import (
 from agentserve.serve import spans
 from agentserve.serve.admin import AdminGate, admin_lifespan
 from agentserve.serve.backend import ModelBackend
-from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, sla_objectives
+from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.migrate import migrating
 from agentserve.spec import DeploymentSpec
 
@@ -92,12 +92,10 @@ class _Ingress:
         self.tracer = tracer
         self.tenants = TenantResolver(spec)
         self.limiter = RateLimiter(clock)
-        self.metrics = ServingMetrics(sla_objectives(spec))
+        limits = model_limits(spec)
+        self.metrics = ServingMetrics(sla_objectives(spec), limits)
         self.in_flight = dict.fromkeys(self.backends, 0)
-        self.capacity = {
-            m.name: m.max_num_seqs * m.replicas.max_replicas + spec.server.max_queue_len
-            for m in spec.models
-        }
+        self.capacity = {name: lim.capacity for name, lim in limits.items()}
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
 
     # -- admission ---------------------------------------------------------------------
@@ -279,16 +277,18 @@ class _Ingress:
 
     async def metrics_text(self) -> Response:
         for name, backend in self.backends.items():
-            try:
-                stats = await asyncio.wait_for(backend.stats(), STATS_TIMEOUT_S)
-            except Exception:  # a slow or dead replica must not break scraping
-                log.warning("engine stats for %s unavailable", name, exc_info=True)
-                continue
-            self.metrics.set_engine_stats(name, stats)
             with contextlib.suppress(Exception):  # replica count is best effort
                 ready = await asyncio.wait_for(backend.ready_replicas(), STATS_TIMEOUT_S)
                 if ready is not None:
                     self.metrics.replicas.labels(name).set(ready)
+            try:
+                stats = await asyncio.wait_for(backend.stats(), STATS_TIMEOUT_S)
+            except Exception:  # a slow or dead replica must not break scraping
+                log.warning("engine stats for %s unavailable", name, exc_info=True)
+                self.metrics.engine_up.labels(name).set(0)
+                continue
+            self.metrics.engine_up.labels(name).set(1)
+            self.metrics.set_engine_stats(name, stats)
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
 

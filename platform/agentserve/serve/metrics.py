@@ -9,6 +9,7 @@ per output token, not per engine step, so speculation shows up as lower TPOT.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -17,7 +18,7 @@ from prometheus_client.registry import Collector
 from agentserve.engine.protocol import EngineStats
 from agentserve.engine.spec_by_batch import bucket_counts
 
-__all__ = ["CONTENT_TYPE", "ServingMetrics", "sla_objectives"]
+__all__ = ["CONTENT_TYPE", "ModelLimits", "ServingMetrics", "model_limits", "sla_objectives"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TTFT_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -102,12 +103,38 @@ def sla_objectives(spec) -> dict[str, tuple[float, float]]:
     return {name: (s.ttft_p95_ms / 1000, s.tpot_p95_ms / 1000) for name, s in slas.items()}
 
 
+class ModelLimits(NamedTuple):
+    """What the alerts compare a model's live series with (all from the DeploymentSpec)."""
+
+    capacity: int  # requests the ingress admits (running + queued) before answering 503
+    min_replicas: int
+    acceptance_floor: float | None  # drafter.min_acceptance_length; None = no speculation
+
+
+def model_limits(spec) -> dict[str, ModelLimits]:
+    """model -> ModelLimits for a DeploymentSpec. Capacity = max_num_seqs per replica at
+    max_replicas plus server.max_queue_len."""
+    return {
+        m.name: ModelLimits(
+            m.max_num_seqs * m.replicas.max_replicas + spec.server.max_queue_len,
+            m.replicas.min_replicas,
+            m.drafter.min_acceptance_length if m.drafter.enabled else None,
+        )
+        for m in spec.models
+    }
+
+
 class ServingMetrics:
     """The ingress's metrics; `exposition()` renders Prometheus text."""
 
-    def __init__(self, slas: Mapping[str, tuple[float, float]] | None = None) -> None:
+    def __init__(
+        self,
+        slas: Mapping[str, tuple[float, float]] | None = None,
+        limits: Mapping[str, ModelLimits] | None = None,
+    ) -> None:
         """`slas`: tenant -> (TTFT objective s, TPOT objective s), exported as
-        agentserve_sla_objective_seconds and counted in agentserve_requests_within_sla."""
+        agentserve_sla_objective_seconds and counted in agentserve_requests_within_sla.
+        `limits`: model -> ModelLimits, exported for the alert rules to compare with."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.slas = dict(slas or {})
@@ -177,8 +204,42 @@ class ServingMetrics:
             ["model"],
             registry=r,
         )
+        self.engine_up = Gauge(
+            "agentserve_engine_up",
+            "1 when the model's engine answered the ingress's last stats call in time, else 0.",
+            ["model"],
+            registry=r,
+        )
+        self._add_limits(dict(limits or {}))
         self._engine = _EngineStatsCollector()
         r.register(self._engine)
+
+    def _add_limits(self, limits: dict[str, ModelLimits]) -> None:
+        r = self.registry
+        capacity = Gauge(
+            "agentserve_requests_capacity",
+            "Requests the ingress admits per model (running + queued) before answering 503.",
+            ["model"],
+            registry=r,
+        )
+        min_replicas = Gauge(
+            "agentserve_replicas_min",
+            "The model's configured min_replicas.",
+            ["model"],
+            registry=r,
+        )
+        floor = Gauge(
+            "agentserve_spec_decode_acceptance_floor",
+            "drafter.min_acceptance_length: mean tokens per verify step below which "
+            "speculation has collapsed (only for models that speculate).",
+            ["model"],
+            registry=r,
+        )
+        for model, lim in limits.items():
+            capacity.labels(model).set(lim.capacity)
+            min_replicas.labels(model).set(lim.min_replicas)
+            if lim.acceptance_floor is not None:
+                floor.labels(model).set(lim.acceptance_floor)
 
     def observe_request(
         self,

@@ -113,7 +113,7 @@ def test_rows_from_status_health_and_metrics():
 
 def test_rows_tolerate_a_server_without_status_or_metrics():
     rows = report_rows(Report("http://h:1", None, None, parse_metrics("")))
-    assert rows == {"deployment": [], "model": [], "latency": []}
+    assert rows == {"deployment": [], "model": [], "latency": [], "sla": []}
 
 
 def test_render_plain_is_one_json_object_per_line():

@@ -121,3 +121,27 @@ def test_values_schema_rejects_a_bad_model(chart):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode != 0 and "max_num_seqs" in done.stderr
+
+
+ALERT_RULES = CHART_DIR / "files" / "alerts" / "agentserve.rules.yaml"
+
+
+def test_prometheus_rule_is_off_by_default(chart):
+    kinds = {o["kind"] for o in render(chart, CHART_DIR / "ci" / "default-values.yaml")}
+    assert "PrometheusRule" not in kinds
+
+
+def test_prometheus_rule_renders_the_plain_rules_file(chart):
+    """One source of truth: the PrometheusRule's spec is the plain rules file, unchanged."""
+    objs = render(
+        chart,
+        CHART_DIR / "ci" / "default-values.yaml",
+        "--set", "monitoring.prometheusRule.enabled=true",
+        "--set", "monitoring.prometheusRule.labels.release=kps",
+    )  # fmt: skip
+    [rule] = [o for o in objs if o["kind"] == "PrometheusRule"]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    plain = yaml.safe_load(ALERT_RULES.read_text())
+    assert rule["spec"] == plain
+    assert any("alert" in r for g in plain["groups"] for r in g["rules"])
