@@ -15,6 +15,8 @@ import json
 import random
 from pathlib import Path
 
+import dflash.train as dflash_train
+
 __all__ = ["add_parser", "run"]
 
 STAGES = ("data", "features", "train", "export")
@@ -185,6 +187,25 @@ def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
     )
 
 
+RESPONSES_ARCHIVE = (
+    Path(dflash_train.__file__).parent / "data" / "smollm2-135m-instruct-responses.jsonl.gz"
+)
+"""The bundled model's generated training responses as committed (hours of CPU work): a
+fresh work dir starts from them and the data stage continues where they end."""
+
+
+def _restore_responses(args: argparse.Namespace, work: Path) -> None:
+    import gzip
+    import shutil
+
+    target = work / "responses.jsonl"
+    if target.exists() or args.model != "smollm2-135m-instruct" or not RESPONSES_ARCHIVE.exists():
+        return
+    with gzip.open(RESPONSES_ARCHIVE, "rb") as src, target.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    print(f"data: restored {target} from {RESPONSES_ARCHIVE.name}")
+
+
 def _interleaved(prompts: list) -> list:
     """Round-robin over prompt kinds (seeded, code tasks, agent prompts, ...), so a data
     job stopped early still holds every kind; the order within a kind is kept."""
@@ -301,6 +322,7 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     stages = STAGES if args.stage == "all" else (args.stage,)
     _record_command(work, stages)
+    _restore_responses(args, work)
     if "data" in stages:
         _stage_data(args, model_dir, work)
     if not set(stages) & {"features", "train", "export"}:

@@ -14,3 +14,22 @@ def test_data_order_interleaves_prompt_kinds_and_keeps_each_kinds_order():
     order = [p.id for p in _interleaved(prompts)]
     assert order == ["m0", "c0", "a0", "m1", "c1", "m2"]
     assert sorted(order) == sorted(p.id for p in prompts)
+
+
+def test_a_fresh_work_dir_starts_from_the_committed_responses(tmp_path, capsys):
+    import argparse
+    import gzip
+    import json
+
+    from agentserve.train_drafter import RESPONSES_ARCHIVE, _restore_responses
+
+    args = argparse.Namespace(model="smollm2-135m-instruct")
+    _restore_responses(args, tmp_path)
+    restored = (tmp_path / "responses.jsonl").read_text().splitlines()
+    with gzip.open(RESPONSES_ARCHIVE, "rt") as f:
+        assert restored == f.read().splitlines()
+    assert len(restored) > 1000 and all(json.loads(line)["prompt_ids"] for line in restored[:5])
+    assert "restored" in capsys.readouterr().out
+    (tmp_path / "responses.jsonl").write_text("")  # never overwrites an existing file
+    _restore_responses(args, tmp_path)
+    assert (tmp_path / "responses.jsonl").read_text() == ""
