@@ -16,11 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -29,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from tool_binaries import find_binary
 from up_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,16 +43,7 @@ WAIT_S = 30  # for Prometheus to come up, scrape a round, evaluate the rules
 GRAFANA_BUILTINS = {"__rate_interval": "1m", "__interval": "15s", "__range": "5m"}
 
 
-def _prometheus() -> str | None:
-    """$PROMETHEUS, else beside this Python (./install.sh --dev unpacks it there), else PATH."""
-    beside_python = Path(sys.executable).parent / "prometheus"
-    for candidate in (os.environ.get("PROMETHEUS"), str(beside_python), shutil.which("prometheus")):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-PROMETHEUS = _prometheus()
+PROMETHEUS = find_binary("prometheus")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(

@@ -6,10 +6,8 @@ AgentServe. Needs helm (helm/install-helm.sh puts it in .venv/bin); skipped with
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,20 +15,13 @@ import yaml
 from agentserve_operator.crd import CHART_DIR
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import reconcile
+from tool_binaries import find_binary
 
 VALUES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
 kv = pytest.importorskip("kubernetes_validate")
 
 
-def _helm() -> str | None:
-    beside_python = Path(sys.executable).parent / "helm"
-    for candidate in (os.environ.get("HELM"), str(beside_python), shutil.which("helm")):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-HELM = _helm()
+HELM = find_binary("helm")
 pytestmark = pytest.mark.skipif(HELM is None, reason="helm not found: run helm/install-helm.sh")
 
 

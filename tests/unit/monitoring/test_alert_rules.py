@@ -7,14 +7,12 @@ exists). Needs promtool (Debian package prometheus; ./install.sh --dev puts it i
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from tool_binaries import find_binary
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "helm" / "agentserve" / "files" / "alerts" / "agentserve.rules.yaml"
@@ -23,16 +21,7 @@ SLA_TESTS = HERE / "sla_alerts_test.yaml"
 SERVING_TESTS = HERE / "serving_alerts_test.yaml"
 
 
-def _promtool() -> str | None:
-    """$PROMTOOL, else beside this Python (./install.sh --dev unpacks it there), else PATH."""
-    beside_python = Path(sys.executable).parent / "promtool"
-    for candidate in (os.environ.get("PROMTOOL"), str(beside_python), shutil.which("promtool")):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-PROMTOOL = _promtool()
+PROMTOOL = find_binary("promtool")
 pytestmark = pytest.mark.skipif(
     PROMTOOL is None,
     reason="promtool not found: ./install.sh --dev unpacks it into .venv/bin (Debian "
