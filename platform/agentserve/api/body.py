@@ -14,13 +14,18 @@ from starlette.requests import Request
 
 from agentserve.api.errors import InvalidRequestError, RequestTooLargeError
 
-__all__ = ["read_json_body"]
+__all__ = ["decode_json", "read_body", "read_json_body"]
 
 
 async def read_json_body(request: Request, max_bytes: int) -> object:
     """The decoded JSON body; RequestTooLargeError (413) or InvalidRequestError (400)."""
     raw = await _read_bounded(request, max_bytes)
     return decode_json(raw)
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The raw body, at most `max_bytes`; RequestTooLargeError (413) past it."""
+    return await _read_bounded(request, max_bytes)
 
 
 async def _read_bounded(request: Request, max_bytes: int) -> bytes:

@@ -34,9 +34,11 @@ from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.validate import (
+    SchemaCache,
     check_context,
     check_sampling,
     check_schemas,
+    check_tool_limits,
     check_values,
     param_path,
     requested_max_tokens,
@@ -49,15 +51,23 @@ _MODELS = {"chat": ChatCompletionRequest, "completion": CompletionRequest}
 
 
 def parse_request(
-    kind: RequestKind, data: Any, max_model_len: Mapping[str, int] | None = None
+    kind: RequestKind,
+    data: Any,
+    max_model_len: Mapping[str, int] | None = None,
+    *,
+    schema_cache: SchemaCache | None = None,
+    deadline: float | None = None,
 ) -> ChatCompletionRequest | CompletionRequest:
     """Validate a decoded JSON body; raise InvalidRequestError (400) naming the parameter.
 
     `max_model_len` (model -> context tokens) adds the context checks for a served model;
-    an unknown model passes here and is refused (404) at admission.
+    an unknown model passes here and is refused (404) at admission. `schema_cache` and
+    `deadline` (time.monotonic()) go to check_schemas. Thread-safe: the ingress runs it
+    off its event loop for requests with schemas.
     """
     if not isinstance(data, dict):
         raise InvalidRequestError("The request body must be a JSON object.")
+    check_tool_limits(data)
     check_values(data)
     if kind == "chat" and "messages" in data and not isinstance(data["messages"], list):
         # vLLM's before-validators iterate messages before pydantic checks its type
@@ -78,7 +88,7 @@ def parse_request(
             f"The request body does not fit the {kind} schema: {err}"
         ) from None
     _check_edge(kind, request, data)
-    check_schemas(data)
+    check_schemas(data, schema_cache, deadline)
     context = (max_model_len or {}).get(request.model)
     if context is not None:
         check_context(kind, request, data, context)

@@ -8,17 +8,26 @@ same 400 with the fake engine as with vLLM.
 - check_sampling: vLLM's own SamplingParams checks (penalties, top_k, min_p, stop, ...);
 - check_context: max_tokens and token-id prompts against the model's context length
   (text prompts are tokenized, and so checked, by the engine);
+- check_tool_limits: at most MAX_TOOLS tools (cheap: run on the event loop);
 - check_schemas: tool names, tool parameter schemas and response_format json_schema must
-  be valid JSON Schema; top_logprobs at most MAX_LOGPROBS.
+  be valid JSON Schema, together at most MAX_SCHEMA_BYTES; top_logprobs at most
+  MAX_LOGPROBS. Meta-validating a schema costs milliseconds, so results are kept in a
+  SchemaCache (by SHA-256 of the canonical JSON) and a `deadline` bounds the work; the
+  ingress runs it off its event loop (serve/ingress.py).
 
 Error `param`s are OpenAI-style paths: `messages[0].content`, `tools[1].function.name`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
+import threading
+import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,15 +41,24 @@ from agentserve.api.errors import InvalidRequestError
 __all__ = [
     "MAX_DEPTH",
     "MAX_LOGPROBS",
+    "MAX_SCHEMA_BYTES",
+    "MAX_TOOLS",
+    "SchemaCache",
+    "ValidationTimeoutError",
     "check_context",
     "check_sampling",
     "check_schemas",
+    "check_tool_limits",
     "check_values",
+    "has_schemas",
     "param_path",
 ]
 
 MAX_DEPTH = 64  # JSON nesting levels; tool schemas rarely pass 10
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs and OpenAI's top_logprobs bound
+MAX_TOOLS = 128  # OpenAI's limit on tools per request
+MAX_SCHEMA_BYTES = 256 * 1024  # all tool and response_format schemas, as compact JSON
+SCHEMA_CACHE_ENTRIES = 4096
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")  # OpenAI's set plus '.' and ':' (MCP)
 
 
@@ -140,8 +158,72 @@ def check_context(kind: str, request: Any, data: dict[str, Any], context: int) -
             )
 
 
-def check_schemas(data: dict[str, Any]) -> None:
-    """Tool names and parameter schemas, response_format's JSON Schema, top_logprobs."""
+class ValidationTimeoutError(InvalidRequestError):
+    """400: checking the request's schemas took longer than the ingress allows."""
+
+    def __init__(self, limit_s: float | None = None):
+        limit = "the ingress allows" if limit_s is None else f"{limit_s:g} s"
+        super().__init__(
+            f"Checking the request's JSON schemas took longer than {limit}; send fewer or "
+            "simpler tool and response_format schemas.",
+            param="tools",
+            code="validation_timeout",
+        )
+
+
+class SchemaCache:
+    """Thread-safe LRU of meta-validation results: SHA-256 of a schema's canonical JSON
+    -> None (valid) or the SchemaError's message and path."""
+
+    def __init__(self, entries: int = SCHEMA_CACHE_ENTRIES):
+        self.entries = entries
+        self.hits = self.misses = 0
+        self._results: OrderedDict[str, tuple[str, str] | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, digest: str) -> tuple[bool, tuple[str, str] | None]:
+        """(found, result)."""
+        with self._lock:
+            if digest not in self._results:
+                self.misses += 1
+                return False, None
+            self.hits += 1
+            self._results.move_to_end(digest)
+            return True, self._results[digest]
+
+    def put(self, digest: str, result: tuple[str, str] | None) -> None:
+        with self._lock:
+            self._results[digest] = result
+            self._results.move_to_end(digest)
+            while len(self._results) > self.entries:
+                self._results.popitem(last=False)
+
+
+def check_tool_limits(data: dict[str, Any]) -> None:
+    """400 (code too_many_tools) past MAX_TOOLS; O(1), safe on the event loop."""
+    tools = data.get("tools")
+    if isinstance(tools, list) and len(tools) > MAX_TOOLS:
+        raise InvalidRequestError(
+            f"'tools' has {len(tools)} tools; at most {MAX_TOOLS} are accepted per request.",
+            param="tools",
+            code="too_many_tools",
+        )
+
+
+def has_schemas(data: dict[str, Any]) -> bool:
+    """Whether the request carries tool or response_format schemas to meta-validate."""
+    return bool(data.get("tools")) or isinstance(data.get("response_format"), dict)
+
+
+def check_schemas(
+    data: dict[str, Any], cache: SchemaCache | None = None, deadline: float | None = None
+) -> None:
+    """Tool names and parameter schemas, response_format's JSON Schema, top_logprobs.
+
+    `deadline` (time.monotonic()) raises ValidationTimeoutError before each uncached
+    schema past it; `cache` skips schemas seen before."""
+    check_tool_limits(data)
+    found: list[tuple[Any, str, str]] = []  # (schema, param, what)
     for i, tool in enumerate(data.get("tools") or []):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict):
@@ -155,12 +237,13 @@ def check_schemas(data: dict[str, Any]) -> None:
                 param=f"{where}.name",
             )
         if function.get("parameters") is not None:
-            _check_schema(function["parameters"], f"{where}.parameters", f"tool {name!r}")
+            found.append((function["parameters"], f"{where}.parameters", f"tool {name!r}"))
     response_format = data.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
         spec = response_format.get("json_schema")
         if isinstance(spec, dict) and spec.get("schema") is not None:
-            _check_schema(spec["schema"], "response_format.json_schema.schema", "response_format")
+            found.append((spec["schema"], "response_format.json_schema.schema", "response_format"))
+    _check_all(found, cache or SchemaCache(0), deadline)
     for field in ("top_logprobs", "logprobs"):
         value = data.get(field)
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_LOGPROBS:
@@ -171,11 +254,43 @@ def check_schemas(data: dict[str, Any]) -> None:
             )
 
 
-def _check_schema(schema: Any, param: str, what: str) -> None:
-    if not isinstance(schema, dict):
-        raise InvalidRequestError(
-            f"Invalid JSON Schema for {what}: '{param}' must be an object.", param=param
-        )
+def _check_all(
+    found: list[tuple[Any, str, str]], cache: SchemaCache, deadline: float | None
+) -> None:
+    """Size cap over all schemas first, then each schema's meta-validation (cached)."""
+    texts, total = [], 0
+    for schema, param, what in found:
+        if not isinstance(schema, dict):
+            raise InvalidRequestError(
+                f"Invalid JSON Schema for {what}: '{param}' must be an object.", param=param
+            )
+        text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        total += len(text)
+        if total > MAX_SCHEMA_BYTES:
+            raise InvalidRequestError(
+                f"The request's tool and response_format schemas exceed {MAX_SCHEMA_BYTES} "
+                f"bytes (as compact JSON) at '{param}'.",
+                param=param,
+                code="schemas_too_large",
+            )
+        texts.append(text)
+    for (schema, param, what), text in zip(found, texts, strict=True):
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        known, result = cache.get(digest)
+        if not known:
+            if deadline is not None and time.monotonic() > deadline:
+                raise ValidationTimeoutError()
+            result = _schema_error(schema)
+            cache.put(digest, result)
+        if result is not None:
+            inner, message = result
+            raise InvalidRequestError(
+                f"Invalid JSON Schema for {what} at '{param}{inner}': {message}", param=param
+            )
+
+
+def _schema_error(schema: dict) -> tuple[str, str] | None:
+    """None when `schema` is a valid JSON Schema, else (path inside it, message)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cls = validator_for(schema, default=Draft202012Validator)
@@ -183,6 +298,5 @@ def _check_schema(schema: Any, param: str, what: str) -> None:
         cls.check_schema(schema)
     except SchemaError as err:
         inner = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
-        raise InvalidRequestError(
-            f"Invalid JSON Schema for {what} at '{param}{inner}': {err.message}", param=param
-        ) from None
+        return inner, err.message
+    return None
