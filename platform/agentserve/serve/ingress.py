@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry.trace import NoOpTracer, Span, Tracer
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentserve.api.auth import Tenant, TenantResolver
 from agentserve.api.body import read_body
@@ -42,6 +41,7 @@ from agentserve.engine.protocol import (
 from agentserve.serve import spans
 from agentserve.serve.admin import AdminGate, admin_lifespan
 from agentserve.serve.backend import ModelBackend
+from agentserve.serve.http_errors import error_body, install_error_handlers
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
@@ -52,6 +52,7 @@ __all__ = ["SESSION_HEADER", "create_app"]
 log = logging.getLogger(__name__)
 SESSION_HEADER = "x-session-id"
 STATS_TIMEOUT_S = 2.0
+CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 COLD_START_RETRY_AFTER_S = 10.0
 
 
@@ -183,10 +184,10 @@ class _Ingress:
                 status = 200
                 events = self._sse(call, builder, first, stream)
                 return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-            deltas = [first]
-            async for delta in stream:
-                self.see(call, delta)
-                deltas.append(delta)
+            deltas = await self._collect(call, first, stream, request)
+            if deltas is None:  # the client went away: generation aborted
+                status = CLIENT_CLOSED
+                return Response(status_code=CLIENT_CLOSED)
             status = 200
             return JSONResponse(builder.final(deltas), headers=headers)
         except APIError as err:
@@ -198,9 +199,38 @@ class _Ingress:
         except EngineUnavailableError:
             status = 503
             raise
+        except asyncio.CancelledError:  # the client went away (Ray Serve cancels)
+            status = CLIENT_CLOSED
+            raise
         finally:
             if not (status == 200 and body.stream):
                 self.close(call, status)
+
+    async def _collect(
+        self, call: _Call, first: Delta, stream: AsyncIterator[Delta], request: Request
+    ) -> list[Delta] | None:
+        """All deltas of a non-stream request; None when its client disconnects first
+        (the generation is then cancelled, which aborts it in the engine)."""
+        deltas = [first]
+
+        async def drain() -> None:
+            async for delta in stream:
+                self.see(call, delta)
+                deltas.append(delta)
+
+        drained = asyncio.ensure_future(drain())
+        gone = asyncio.ensure_future(_client_gone(request))
+        try:
+            await asyncio.wait({drained, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (drained, gone):
+                task.cancel()
+            await asyncio.gather(drained, gone, return_exceptions=True)
+            await _aclose(stream)
+        if drained.cancelled():
+            return None
+        drained.result()  # an engine error is raised here
+        return deltas
 
     async def _first_or_hold(self, model: str, stream: AsyncIterator[Delta]) -> Delta:
         """The first delta. While the model has no ready replica (scaled to zero or
@@ -238,7 +268,14 @@ class _Ingress:
             yield DONE
         except EngineError as err:  # after the 200 header: report in-band, OpenAI style
             status = getattr(err, "status", 503 if isinstance(err, EngineUnavailableError) else 500)
-            yield sse_event(_error_body(err))
+            yield sse_event(error_body(err))
+        except (asyncio.CancelledError, GeneratorExit):  # the client went away
+            status = CLIENT_CLOSED
+            raise
+        except Exception:  # a bug mid-stream: still end the stream with an error event
+            log.exception("unhandled error in a stream")
+            status = 500
+            yield sse_event(error_body(RuntimeError()))
         finally:
             await _aclose(stream)
             self.close(call, status)
@@ -270,8 +307,9 @@ class _Ingress:
             try:
                 await backend.health()
                 states[name] = "ok"
-            except Exception as err:  # any failure means "not ready"; report, don't raise
-                states[name] = f"unavailable: {err}"
+            except Exception:  # any failure means "not ready"; log it, tell no details
+                log.warning("health check of model %s failed", name, exc_info=True)
+                states[name] = "unavailable"
         ok = all(s == "ok" for s in states.values())
         return JSONResponse(
             {"status": "ok" if ok else "unavailable", "models": states},
@@ -305,6 +343,12 @@ async def _first_delta(stream: AsyncIterator[Delta]) -> Delta:
         raise
 
 
+async def _client_gone(request: Request) -> None:
+    """Returns once the client disconnects (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def _aclose(stream: AsyncIterator[Delta]) -> None:
     aclose = getattr(stream, "aclose", None)
     if aclose is not None:
@@ -313,61 +357,6 @@ async def _aclose(stream: AsyncIterator[Delta]) -> None:
 
 def _include_usage(body) -> bool:
     return bool(body.stream and body.stream_options and body.stream_options.include_usage)
-
-
-def _error_body(err: Exception) -> dict:
-    if isinstance(err, APIError):
-        return err.body()
-    if isinstance(err, EngineRequestError):
-        return {
-            "error": {
-                "message": err.message,
-                "type": err.type,
-                "param": err.param,
-                "code": err.code,
-            }
-        }
-    if isinstance(err, EngineUnavailableError):
-        return OverloadedError(str(err) or "the model is unavailable").body()
-    return {
-        "error": {
-            "message": "internal server error",
-            "type": "server_error",
-            "param": None,
-            "code": None,
-        }
-    }
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(APIError)
-    async def _api_error(_: Request, err: APIError) -> JSONResponse:
-        return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
-
-    @app.exception_handler(EngineRequestError)
-    async def _engine_request_error(_: Request, err: EngineRequestError) -> JSONResponse:
-        return JSONResponse(_error_body(err), status_code=err.status)
-
-    @app.exception_handler(EngineUnavailableError)
-    async def _unavailable(_: Request, err: EngineUnavailableError) -> JSONResponse:
-        return JSONResponse(_error_body(err), status_code=503, headers={"Retry-After": "1"})
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
-        body = {
-            "error": {
-                "message": str(err.detail),
-                "type": "invalid_request_error",
-                "param": None,
-                "code": None,
-            }
-        }
-        return JSONResponse(body, status_code=err.status_code)
-
-    @app.exception_handler(Exception)
-    async def _bug(_: Request, err: Exception) -> JSONResponse:
-        log.exception("unhandled error in request", exc_info=err)
-        return JSONResponse(_error_body(err), status_code=500)
 
 
 def create_app(
@@ -388,10 +377,16 @@ def create_app(
     # collection over them holds the GIL 100-500 ms, stalling every stream. Frozen objects
     # are never scanned again: later collections see only what requests allocate.
     gc.freeze()
-    app = FastAPI(title="agentserve", docs_url=None, redoc_url=None, lifespan=admin_lifespan(spec))
+    app = FastAPI(
+        title="agentserve",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,  # served below, behind the API key
+        lifespan=admin_lifespan(spec),
+    )
     app.add_middleware(AdminGate, metrics_port=spec.server.metrics_port)  # serve/admin.py
     app.state.ingress = ingress
-    _install_error_handlers(app)
+    install_error_handlers(app)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -404,6 +399,11 @@ def create_app(
     @app.get("/v1/models")
     async def models(request: Request) -> dict:
         return ingress.models(request)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi(request: Request) -> dict:
+        ingress.tenants.resolve(request.headers.get("authorization"))
+        return app.openapi()
 
     @app.get("/health")
     async def health() -> Response:
