@@ -26,6 +26,7 @@ from opentelemetry.trace import NoOpTracer, Span, Tracer
 
 from agentserve.api.auth import Tenant, TenantResolver
 from agentserve.api.body import read_body
+from agentserve.api.cache_salt import CacheSalter
 from agentserve.api.errors import APIError, ModelNotFoundError, OverloadedError
 from agentserve.api.openai import ResponseBuilder
 from agentserve.api.quota import Lease, RateLimiter
@@ -101,6 +102,7 @@ class _Ingress:
         self.capacity = {name: lim.capacity for name, lim in limits.items()}
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.parser = RequestParser(self.max_model_len)
+        self.salter = CacheSalter()
 
     # -- admission ---------------------------------------------------------------------
     def admit(self, model: str, tenant: Tenant) -> _Call:
@@ -288,6 +290,7 @@ class _Ingress:
             if name in request.headers:
                 headers[name] = request.headers[name]
         headers["x-agentserve-tenant"] = tenant.name
+        body.cache_salt = self.salter.salt(tenant.name, body.cache_salt)  # no shared prefixes
         return EngineRequest(uuid.uuid4().hex, kind, body, headers)
 
     # -- other endpoints ---------------------------------------------------------------

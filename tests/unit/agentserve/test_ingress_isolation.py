@@ -15,7 +15,7 @@ from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.serve.parsing import RequestParser
-from agentserve.spec import DeploymentSpec
+from agentserve.spec import DeploymentSpec, hash_api_key
 from asgi_calls import Call, asgi_request
 
 URL = "/v1/chat/completions"
@@ -92,3 +92,30 @@ def test_schemas_are_capped_cached_and_time_limited():
     with pytest.raises((InvalidRequestError, OverloadedError)) as err:
         _parse(slow, {**base, "tools": [_tool(i) for i in range(3)]})
     assert err.value.status in (400, 503), "past the limit: refused, not served"
+
+
+def test_cache_salt_comes_from_the_tenant_not_the_client():
+    keys = {"a": "sk-tenant-a-key", "b": "sk-tenant-b-key"}
+    tenants = [{"name": n, "api_key_sha256": hash_api_key(k), "sla": {}} for n, k in keys.items()]
+    spec = DeploymentSpec.model_validate(
+        {"models": [{"name": "m", "engine": "fake", "max_model_len": 256}], "tenants": tenants}
+    )
+    engine = FakeEngine("m", 256)
+    asyncio.run(engine.start())
+    app = _app(engine, spec)
+    body = {"model": "m", "messages": [{"role": "user", "content": "same prompt"}]}
+
+    def salt_seen(tenant: str, **extra) -> str | None:
+        headers = {"authorization": f"Bearer {keys[tenant]}"}
+        call = asyncio.run(asgi_request(app, "POST", URL, {**body, **extra}, headers=headers))
+        assert call.status == 200, call.text()
+        return engine.requests[-1].body.cache_salt
+
+    a = salt_seen("a")
+    assert a is not None and len(a) >= 43, "every request is salted"
+    assert salt_seen("a") == a, "a tenant keeps its cache across requests"
+    assert salt_seen("b") != a, "tenants never share cached prefixes"
+    assert salt_seen("b", cache_salt=a) != a, "B cannot claim A's salt"
+    own = salt_seen("a", cache_salt="per-user-7")
+    assert own not in (a, "per-user-7"), "a client salt splits its tenant's cache further"
+    assert salt_seen("a", cache_salt="per-user-7") == own
