@@ -42,13 +42,20 @@ class PortInUseError(OSError):
 
 
 # -- spec preparation (pure) -------------------------------------------------------------------
-def with_overrides(spec: DeploymentSpec, host: str | None, port: int | None) -> DeploymentSpec:
-    """The spec with server.host/port replaced and re-validated (SpecError names the field)."""
-    if host is None and port is None:
+def with_overrides(
+    spec: DeploymentSpec,
+    host: str | None,
+    port: int | None,
+    trusted_hosts: list[str] | None = None,
+) -> DeploymentSpec:
+    """The spec with server.host/port replaced, `trusted_hosts` added to
+    server.trusted_hosts, re-validated (SpecError names the field)."""
+    if host is None and port is None and not trusted_hosts:
         return spec
     data = spec.model_dump(mode="json")
     data["server"].update({k: v for k, v in (("host", host), ("port", port)) if v is not None})
-    return spec_from_dict(data, source="(with --host/--port)")
+    data["server"]["trusted_hosts"] += [h for h in trusted_hosts or [] if h]
+    return spec_from_dict(data, source="(with --host/--port/--trusted-host)")
 
 
 def with_default_drafters(
@@ -137,7 +144,7 @@ def load_up_spec(args: argparse.Namespace) -> tuple[DeploymentSpec, list[str]]:
     spec = load_spec(args.spec) if args.spec else DeploymentSpec()
     spec = with_speculation(spec, getattr(args, "speculation", None))
     spec, notes = with_default_drafters(spec, args.drafter, shipped_drafter)
-    return with_overrides(spec, args.host, args.port), notes
+    return with_overrides(spec, args.host, args.port, args.trusted_host), notes
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -430,6 +437,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spec", help="DeploymentSpec YAML/JSON (default: the embedded deployment)")
     p.add_argument("--host", help="bind address (default: the spec's server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="API port (default: the spec's server.port, 8000)")
+    p.add_argument(
+        "--trusted-host",
+        action="append",
+        metavar="NAME",
+        help="with no API keys, also answer requests whose Host is NAME (repeatable; "
+        "localhost, 127.0.0.1 and ::1 always are): server.trusted_hosts",
+    )
     p.add_argument(
         "--drafter",
         action=argparse.BooleanOptionalAction,

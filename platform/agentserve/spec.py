@@ -398,6 +398,12 @@ class ServerSpec(_Spec):
         description="Largest request body accepted, in bytes; a larger one gets 413.",
     )
     request_timeout_s: float = Field(300.0, gt=0, description="Seconds before a request fails.")
+    trusted_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host header names the API answers in open mode (no tenants), besides "
+        "localhost, 127.0.0.1, ::1 and host; others get 400 (DNS rebinding). With tenants "
+        "any Host is accepted.",
+    )
     max_migrations: int = Field(
         2,
         ge=0,

@@ -283,7 +283,12 @@ def fuzz_client(context: int = CONTEXT, **server: Any) -> tuple[Any, Any]:
     engine = FakeEngine(MODEL, context)
     asyncio.run(engine.start())
     app = create_app(spec, {MODEL: LocalBackend(engine)})
-    return TestClient(app, raise_server_exceptions=False), engine
+    # as a local client sends it: a trusted Host and a JSON body (serve/host_guard.py)
+    headers = {"content-type": "application/json"}
+    client = TestClient(
+        app, base_url="http://localhost", headers=headers, raise_server_exceptions=False
+    )
+    return client, engine
 
 
 def _encode(body: bytes | dict[str, Any]) -> bytes:

@@ -1,7 +1,8 @@
 """The OpenAI-compatible ingress as a plain FastAPI app: auth -> tenant, quotas, admission,
 trace and session headers, streaming, metrics. Ray-free; serve/app.py hosts it in Ray Serve.
 
-Request path: resolve tenant (401) -> parse body (400) -> find model (404) -> admit
+Request path: in open mode, trusted Host and JSON POSTs only (400/415, serve/host_guard.py)
+-> resolve tenant (401) -> parse body (400) -> find model (404) -> admit
 (503 model queue full, 429 tenant limit) -> backend.generate (through serve/migrate.py: a
 request whose replica dies continues on another) -> first delta (engine 4xx
 surface here as JSON errors; with no ready replica it is awaited at most
@@ -42,6 +43,7 @@ from agentserve.engine.protocol import (
 from agentserve.serve import spans
 from agentserve.serve.admin import AdminGate, admin_lifespan
 from agentserve.serve.backend import ModelBackend
+from agentserve.serve.host_guard import OpenModeGuard, trusted_hosts
 from agentserve.serve.http_errors import error_body, install_error_handlers
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.migrate import migrating
@@ -388,6 +390,8 @@ def create_app(
         lifespan=admin_lifespan(spec),
     )
     app.add_middleware(AdminGate, metrics_port=spec.server.metrics_port)  # serve/admin.py
+    open_mode = ingress.tenants.open_mode  # then only trusted hosts, JSON POSTs
+    app.add_middleware(OpenModeGuard, trusted=trusted_hosts(spec) if open_mode else None)
     app.state.ingress = ingress
     install_error_handlers(app)
 

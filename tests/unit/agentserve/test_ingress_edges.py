@@ -118,3 +118,49 @@ def test_an_unexpected_error_mid_stream_sends_an_error_event_and_counts_500():
     assert '"error"' in events[-1] and "server_error" in events[-1]
     assert "a bug" not in call.text(), "no internal detail in the event"
     assert _requests_counted(app, 500) == 1 and _requests_counted(app, 200) == 0
+
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.mark.parametrize(("keys", "headers", "status", "code"), [
+    (False, {"host": "attacker.example:8000"}, 400, "untrusted_host"),  # DNS rebinding
+    (False, {"host": "127.0.0.1.attacker.example"}, 400, "untrusted_host"),
+    (False, {"host": "localhost:8000", "content-type": "text/plain"}, 415,
+     "unsupported_media_type"),  # a cross-site form or fetch without preflight
+    (False, {"host": "[::1]:8000", "content-type": ""}, 415, "unsupported_media_type"),
+    (False, {"host": "LOCALHOST:8000", **JSON}, 200, None),
+    (False, {"host": "[::1]:8000", "content-type": "application/json; charset=utf-8"}, 200,
+     None),
+    (False, {"host": "devbox.internal:8000", **JSON}, 200, None),  # server.trusted_hosts
+    (True, {"host": "api.example.com", "content-type": "text/plain",
+            "authorization": f"Bearer {KEY}"}, 200, None),  # with keys: no browser threat
+])  # fmt: skip
+def test_open_mode_answers_only_trusted_hosts_and_json_posts(keys, headers, status, code):
+    spec = _spec(keys).model_copy(deep=True)
+    spec.server.trusted_hosts = ["DevBox.internal"]
+    engine = FakeEngine("m", 256)
+    asyncio.run(engine.start())
+    app = create_app(spec, {"m": LocalBackend(engine)})
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
+    call = asyncio.run(asgi_request(app, "POST", URL, body, headers=headers))
+    assert call.status == status, call.text()
+    if code:
+        assert call.json()["error"]["code"] == code
+        assert not engine.requests, "refused before the engine"
+
+
+def test_untrusted_host_cannot_read_health_either():
+    app, _ = _app()
+    call = asyncio.run(asgi_request(app, "GET", "/health", headers={"host": "evil.example"}))
+    assert call.status == 400
+
+
+def test_trusted_hosts_come_from_the_spec_or_the_cli():
+    from agentserve.cli import build_parser
+    from agentserve.cli_up import with_overrides
+
+    args = build_parser().parse_args(["up", "--trusted-host", "a.lan", "--trusted-host", "b"])
+    spec = with_overrides(DeploymentSpec(), None, None, args.trusted_host)
+    assert spec.server.trusted_hosts == ["a.lan", "b"]
+    assert build_parser().parse_args(["up"]).trusted_host is None

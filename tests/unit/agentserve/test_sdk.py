@@ -27,7 +27,10 @@ class Platform:
 
     def __init__(self):
         spec = DeploymentSpec.model_validate(
-            {"models": [{"name": MODEL, "engine": "fake", "max_model_len": 4096}]}
+            {
+                "models": [{"name": MODEL, "engine": "fake", "max_model_len": 4096}],
+                "server": {"trusted_hosts": ["agentserve.test"]},  # the URL connect() uses
+            }
         )
         self.spans = InMemorySpanExporter()
         tracer = t.make_tracer(TracingSpec(), {}, "server", exporter=self.spans)

@@ -22,6 +22,8 @@ from agentserve.serve.status import add_status_route
 from agentserve.spec import DeploymentSpec
 from fastapi.testclient import TestClient
 
+LOCAL = "http://localhost"  # open mode answers only trusted Host names
+
 MSG = [{"role": "user", "content": "hello"}]
 
 
@@ -85,20 +87,22 @@ def test_gate_table(metrics_port, server_port, path, client, allowed):
 
 def test_remote_clients_get_404_for_admin_paths_on_the_api_port():
     app = _app()
-    remote = TestClient(app, client=("198.51.100.7", 4000))
+    remote = TestClient(app, base_url=LOCAL, client=("198.51.100.7", 4000))
     for path in ("/metrics", "/status"):
         r = remote.get(path)
         assert r.status_code == 404 and r.json()["error"]["message"] == "Not Found"
     assert remote.get("/v1/models").status_code == 200
     assert remote.get("/health").status_code == 200
-    local = TestClient(app, client=("127.0.0.1", 4000))
+    local = TestClient(app, base_url=LOCAL, client=("127.0.0.1", 4000))
     assert "agentserve_requests_in_flight" in local.get("/metrics").text
 
 
 def test_metrics_port_serves_admin_paths_and_the_api_port_never_does():
     port = _free_port()
     app = _app(metrics_port=port)
-    with TestClient(app, client=("127.0.0.1", 4000)) as api:  # lifespan: admin listener up
+    with TestClient(
+        app, base_url=LOCAL, client=("127.0.0.1", 4000)
+    ) as api:  # lifespan: admin listener up
         assert api.post("/v1/chat/completions", json={"model": "m", "messages": MSG}).is_success
         assert api.get("/metrics").status_code == 404
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as admin:
@@ -119,7 +123,7 @@ def test_a_busy_metrics_port_is_logged_retried_and_the_api_still_serves(caplog, 
     busy.listen()
     port = busy.getsockname()[1]
     app = _app(metrics_port=port)
-    with caplog.at_level(logging.ERROR), TestClient(app) as api:
+    with caplog.at_level(logging.ERROR), TestClient(app, base_url=LOCAL) as api:
         r = api.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
         assert r.status_code == 200
         busy.close()  # e.g. the replica this one replaces went away

@@ -12,6 +12,8 @@ from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec
 
+LOCAL = "http://localhost"  # open mode answers only trusted Host names
+
 MSG = [{"role": "user", "content": "wake up"}]
 
 
@@ -59,7 +61,7 @@ def _spec(hold_s: float) -> DeploymentSpec:
 async def _post(backend, hold_s: float, **extra) -> httpx.Response:
     app = create_app(_spec(hold_s), {"m": backend})
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=transport, base_url=LOCAL) as client:
         body = {"model": "m", "messages": MSG, **extra}
         return await client.post("/v1/chat/completions", json=body)
 

@@ -12,6 +12,9 @@ from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key
 from fastapi.testclient import TestClient
 
+LOCAL = "http://localhost"  # open mode answers only trusted Host names
+JSON = {"content-type": "application/json"}
+
 KEY_A, KEY_B = "sk-alpha", "sk-beta"
 MSG = [{"role": "user", "content": "hello there world"}]
 
@@ -45,7 +48,9 @@ def _client(spec, engine=None):
     engine = engine or FakeEngine("m", 64)
     asyncio.run(engine.start())
     app = create_app(spec, {"m": LocalBackend(engine)}, clock=Clock())
-    return TestClient(app, client=("127.0.0.1", 50000)), engine  # loopback: /metrics open
+    return TestClient(
+        app, base_url=LOCAL, client=("127.0.0.1", 50000)
+    ), engine  # loopback: /metrics open
 
 
 @pytest.fixture
@@ -210,7 +215,7 @@ def test_context_length_error_code(open_client):
 
 def test_invalid_json_and_unknown_route(open_client):
     client, _ = open_client
-    r = client.post("/v1/chat/completions", content=b"{not json")
+    r = client.post("/v1/chat/completions", content=b"{not json", headers=JSON)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     assert client.get("/v1/nothing").json()["error"]["message"] == "Not Found"
 
@@ -258,7 +263,7 @@ def test_full_model_queue_gives_503():
 
 def test_unstarted_engine_is_503_not_500():
     engine = FakeEngine("m", 64)
-    client = TestClient(create_app(_spec(), {"m": LocalBackend(engine)}))
+    client = TestClient(create_app(_spec(), {"m": LocalBackend(engine)}), base_url=LOCAL)
     r = client.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
     assert r.status_code == 503
 

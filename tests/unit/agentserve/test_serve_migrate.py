@@ -22,6 +22,8 @@ from fastapi.testclient import TestClient
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
+LOCAL = "http://localhost"  # open mode answers only trusted Host names
+
 WORDS = "one two three four five six seven eight nine ten eleven twelve"
 MSG = [{"role": "user", "content": WORDS}]
 
@@ -242,7 +244,9 @@ def _client(*engines, max_migrations=2):
         }
     )
     app = create_app(spec, {"m": Pool(*engines)})
-    return TestClient(app, client=("127.0.0.1", 50000))  # loopback: /metrics answers
+    return TestClient(
+        app, base_url=LOCAL, client=("127.0.0.1", 50000)
+    )  # loopback: /metrics answers
 
 
 def _events(text):

@@ -20,6 +20,8 @@ from fastapi.testclient import TestClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+LOCAL = "http://localhost"  # open mode answers only trusted Host names
+
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT}-01"
@@ -101,7 +103,7 @@ def _traced_client(spec=None):
     engine = FakeEngine("m", 128)
     asyncio.run(engine.start())
     app = create_app(spec or _spec(), {"m": LocalBackend(engine, tracer)}, tracer=tracer)
-    return TestClient(app), engine, exporter
+    return TestClient(app, base_url=LOCAL), engine, exporter
 
 
 def _by_name(exporter):
@@ -152,7 +154,7 @@ def test_rejected_request_ends_ingress_span_with_error():
 def test_untraced_ingress_passes_the_callers_headers_on():
     engine = FakeEngine("m", 128)
     asyncio.run(engine.start())
-    client = TestClient(create_app(_spec(), {"m": LocalBackend(engine)}))
+    client = TestClient(create_app(_spec(), {"m": LocalBackend(engine)}), base_url=LOCAL)
     headers = {"traceparent": TRACEPARENT, "tracestate": "k=v", "baggage": "b=1"}
     assert client.post(
         "/v1/chat/completions", json={"model": "m", "messages": MSG}, headers=headers
@@ -193,7 +195,8 @@ def test_broken_collector_never_fails_or_slows_requests(collector):
     assert tracer.start_span("probe").is_recording()
     engine = FakeEngine("m", 128)
     asyncio.run(engine.start())
-    client = TestClient(create_app(_spec(), {"m": LocalBackend(engine, tracer)}, tracer=tracer))
+    app = create_app(_spec(), {"m": LocalBackend(engine, tracer)}, tracer=tracer)
+    client = TestClient(app, base_url=LOCAL)
     started = time.monotonic()
     for i in range(30):
         body = {"model": "m", "messages": MSG, "stream": i % 2 == 0}

@@ -19,6 +19,8 @@ from agentserve.spec import DeploymentSpec
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+LOCAL = "http://localhost"  # open mode answers only trusted Host names
+
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "helm" / "agentserve" / "files" / "alerts" / "agentserve.rules.yaml"
 RECORDED = re.compile(r"\b(agentserve:[a-z0-9_:]+)")
@@ -58,7 +60,7 @@ def _scrape(backends: dict) -> dict[str, dict[tuple, float]]:
     """name -> {sorted label items: value} of /metrics after one request to model m."""
     for backend in backends.values():
         asyncio.run(backend.engine.start())
-    client = TestClient(create_app(_spec(), backends), client=("127.0.0.1", 50000))
+    client = TestClient(create_app(_spec(), backends), base_url=LOCAL, client=("127.0.0.1", 50000))
     r = client.post("/v1/chat/completions", json={"model": "m", "messages": MSG, "max_tokens": 4})
     assert r.status_code == 200
     samples: dict[str, dict[tuple, float]] = {}
