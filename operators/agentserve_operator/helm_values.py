@@ -89,8 +89,11 @@ def _api_keys() -> dict[str, Any]:
     return _obj(
         {
             "create": _bool("Create a Secret with a random key for tenant `tenant` (kept "
-                            "across upgrades)."),
+                            "across upgrades; needs a live cluster, see existingSecret)."),
             "secretName": _str("Secret with tenant name -> API key; empty = <release>-api-keys."),
+            "existingSecret": _str("A Secret you created (tenant name -> API key) to use "
+                                   "instead of a generated one; needed by helm template / "
+                                   "GitOps."),
             "tenant": _str("Tenant name of the generated key."),
         },
         "API keys of the first AgentServe (never inline in the CR).",

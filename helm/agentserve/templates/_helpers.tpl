@@ -45,7 +45,7 @@ app.kubernetes.io/component: operator
 {{- end }}
 
 {{- define "agentserve.apiKeySecret" -}}
-{{- default (printf "%s-api-keys" .Release.Name) .Values.apiKeys.secretName }}
+{{- .Values.apiKeys.existingSecret | default (default (printf "%s-api-keys" .Release.Name) .Values.apiKeys.secretName) }}
 {{- end }}
 
 {{/* The first AgentServe's spec: agentServe.spec, with `model`, a default tenant, the key
