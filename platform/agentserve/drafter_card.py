@@ -139,10 +139,11 @@ positions 1 / 4 / last: {acc[0]} / {acc[min(3, len(acc) - 1)]} / {acc[-1]}.
 
 
 def card_line(directory: Path) -> str:
-    """The 'Trained N steps ...' line of a drafter's model card, to keep its history."""
+    """'Trained N steps; final weighted CE X' from a drafter's model card (its history)."""
     card = directory / "README.md"
     lines = card.read_text().splitlines() if card.exists() else []
-    return next((line.strip() for line in lines if line.startswith("Trained ")), "no card")
+    line = next((line.strip() for line in lines if line.startswith("Trained ")), "no card")
+    return "; ".join(line.split("; ")[:2])
 
 
 def _lineage(work: Path) -> str:
