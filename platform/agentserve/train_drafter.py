@@ -48,6 +48,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="export directory (default: the shipped drafter's directory for the bundled model)",
     )
+    p.add_argument(
+        "--max-shard-mib",
+        type=float,
+        default=16.0,
+        help="export: split the weights into Hugging Face shards of at most this size, "
+        "which keeps every file small enough for a git repository; 0 = one file "
+        "(default: %(default)s)",
+    )
     data = p.add_argument_group("data")
     data.add_argument(
         "--num-prompts",
@@ -375,7 +383,8 @@ def run(args: argparse.Namespace) -> int:
             if args.out
             else (shipped_drafter(args.model) or DRAFTER_ROOT / "smollm2-135m-instruct-dflash")
         )
-        save_drafter(drafter, out)
+        shard_bytes = int(args.max_shard_mib * 2**20) if args.max_shard_mib > 0 else None
+        save_drafter(drafter, out, max_shard_bytes=shard_bytes)
         from agentserve.drafter_card import card_for_run
 
         card_for_run(

@@ -20,6 +20,33 @@ def test_round_trip_preserves_weights(tiny_drafter, tmp_path):
     assert loaded.config == tiny_drafter.config
 
 
+def test_sharded_export_round_trips_and_indexes_every_tensor(tiny_drafter, tmp_path):
+    total = sum(t.numel() * 4 for t in tiny_drafter.state_dict().values())
+    path = save_drafter(tiny_drafter, tmp_path / "d", torch.float32, max_shard_bytes=total // 3)
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) >= 3 and not (path / "model.safetensors").exists()
+    assert index["metadata"]["total_size"] == total
+    for file in files:  # each shard holds exactly what the index says, within the bound
+        part = load_file(path / file)
+        assert {n for n, f in index["weight_map"].items() if f == file} == set(part)
+        assert len(part) == 1 or sum(t.numel() * 4 for t in part.values()) <= total // 3
+    loaded = load_drafter(path)
+    for name, tensor in tiny_drafter.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor)
+    save_drafter(tiny_drafter, path, torch.float32)  # re-export unsharded: no stale shards
+    assert [p.name for p in path.glob("*.safetensors")] == ["model.safetensors"]
+    assert not (path / "model.safetensors.index.json").exists()
+
+
+def test_a_shard_the_index_names_must_exist(tiny_drafter, tmp_path):
+    total = sum(t.numel() * 4 for t in tiny_drafter.state_dict().values())
+    path = save_drafter(tiny_drafter, tmp_path / "d", torch.float32, max_shard_bytes=total // 2)
+    next(path.glob("model-00001-*.safetensors")).unlink()
+    with pytest.raises(FileNotFoundError, match="missing shards"):
+        load_drafter(path)
+
+
 def test_config_is_the_vllm_dflash_format(tiny_drafter, tmp_path):
     path = save_drafter(tiny_drafter, tmp_path / "d")
     cfg = json.loads((path / "config.json").read_text())

@@ -25,10 +25,14 @@ def _our_hidden(drafter, features, block_embeds, ctx_len):
     return drafter(block_embeds, torch.arange(ctx_len, ctx_len + width)[None], ctx, mask)
 
 
-def test_automodel_trust_remote_code_builds_the_same_drafter(tiny_drafter, tiny_target, tmp_path):
+@pytest.mark.parametrize("shard_bytes", [None, 4096], ids=["one-file", "sharded"])
+def test_automodel_trust_remote_code_builds_the_same_drafter(
+    tiny_drafter, tiny_target, tmp_path, shard_bytes
+):
     from transformers import AutoModel
 
-    path = save_drafter(tiny_drafter, tmp_path / "d", dtype=torch.float32)
+    path = save_drafter(tiny_drafter, tmp_path / "d", torch.float32, max_shard_bytes=shard_bytes)
+    assert (path / "model.safetensors.index.json").exists() is (shard_bytes is not None)
     config = json.loads((path / "config.json").read_text())
     assert config["auto_map"] == {"AutoModel": "dflash.DFlashDraftModel"}
     assert config["layer_types"] == ["full_attention"] * tiny_drafter.config.num_hidden_layers
