@@ -62,12 +62,14 @@ def with_default_drafters(
     spec: DeploymentSpec,
     flag: bool | None,
     shipped: Callable[[str], Path | None],
+    default_method: Callable[[str], str | None] = lambda _: "dflash",
 ) -> tuple[DeploymentSpec, list[str]]:
-    """Decide each model's drafter; return the spec and notes for the user.
+    """Decide each model's speculation; return the spec and notes for the user.
 
     flag True/False (--drafter/--no-drafter) switches drafting on/off for every model.
     flag None: a vLLM model of the bundled source whose spec leaves `drafter.enabled`
-    unset gets the shipped drafter when `shipped(source)` finds one; explicit settings win.
+    unset speculates with `default_method(source)` (the measured-fastest method; the spec's
+    `drafter.method` wins when set); dflash needs `shipped(source)` to find a drafter.
     """
     data = spec.model_dump(mode="json")
     notes = []
@@ -78,9 +80,22 @@ def with_default_drafters(
         explicit = "enabled" in model.drafter.model_fields_set
         if explicit or model.engine != "vllm" or model.source != BUNDLED_MODEL:
             continue
-        found = shipped(model.source)
-        entry["drafter"]["enabled"] = found is not None
-        if found is None:
+        chosen = "method" in model.drafter.model_fields_set
+        method = model.drafter.method if chosen else default_method(model.source)
+        entry["drafter"]["enabled"] = method is not None
+        if method is None:
+            continue
+        entry["drafter"]["method"] = method
+        if method in DRAFTERLESS_METHODS:
+            if not chosen and shipped(model.source) is not None:
+                notes.append(
+                    f"model {model.name}: speculating with {method}, measured faster than "
+                    "its shipped DFlash drafter (docs/benchmarks.md); `--speculation dflash` "
+                    "drafts with DFlash instead"
+                )
+            continue
+        if method == "dflash" and model.drafter.path is None and shipped(model.source) is None:
+            entry["drafter"]["enabled"] = False
             notes.append(
                 f"model {model.name}: no shipped DFlash drafter installed; serving without "
                 "speculative decoding (train one with `agentserve train-drafter`)"
@@ -139,11 +154,11 @@ def check_port_free(host: str, port: int) -> None:
 
 def load_up_spec(args: argparse.Namespace) -> tuple[DeploymentSpec, list[str]]:
     """The spec `up` serves: file or default, flags applied, drafter defaults decided."""
-    from agentserve.drafters import shipped_drafter
+    from agentserve.drafters import default_speculation, shipped_drafter
 
     spec = load_spec(args.spec) if args.spec else DeploymentSpec()
     spec = with_speculation(spec, getattr(args, "speculation", None))
-    spec, notes = with_default_drafters(spec, args.drafter, shipped_drafter)
+    spec, notes = with_default_drafters(spec, args.drafter, shipped_drafter, default_speculation)
     return with_overrides(spec, args.host, args.port, args.trusted_host), notes
 
 
@@ -425,13 +440,20 @@ def _clock(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def _default_method() -> str:
+    from agentserve.drafters import default_speculation
+
+    return default_speculation(BUNDLED_MODEL) or "none"
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `up` on the CLI's subparsers."""
     p = sub.add_parser(
         "up",
         help="serve models on local Ray with the OpenAI-compatible API (Ctrl-C stops)",
         description="Start local Ray + Ray Serve with a DeploymentSpec (default: the bundled "
-        f"model {BUNDLED_MODEL} with its shipped DFlash drafter on CPU) and serve the "
+        f"model {BUNDLED_MODEL} on CPU, speculating with {_default_method()}, the method "
+        "measured fastest for it) and serve the "
         "OpenAI-compatible API until Ctrl-C or SIGTERM.",
     )
     p.add_argument("--spec", help="DeploymentSpec YAML/JSON (default: the embedded deployment)")
@@ -448,16 +470,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--drafter",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="force DFlash drafting on or off for every model (default: the spec's setting; "
-        "the bundled model gets its shipped drafter unless the spec sets drafter.enabled)",
+        help="force speculative drafting on or off for every model, with each spec's "
+        "drafter.method (default dflash) (default: the spec's setting; the bundled model "
+        f"speculates with {_default_method()} unless the spec sets drafter.enabled)",
     )
     p.add_argument(
         "--speculation",
         choices=("dflash", "ngram", "suffix", "eagle3", "mtp", "none"),
         default=None,
         help="speculative decoding method for every model (default: the spec's drafter; "
-        "the bundled model drafts with its shipped DFlash drafter). ngram (prompt lookup) "
-        "needs no drafter; eagle3 needs drafter.path in the spec",
+        f"the bundled model speculates with {_default_method()}, measured fastest for it in "
+        "docs/benchmarks.md). dflash uses the shipped DFlash drafter or drafter.path; ngram "
+        "(prompt lookup) needs no drafter; eagle3 needs drafter.path in the spec",
     )
     p.add_argument(
         "--start-timeout-s",

@@ -6,12 +6,24 @@ from pathlib import Path
 
 from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL
 
-__all__ = ["DRAFTER_ROOT", "mask_token_id_for", "shipped_drafter"]
+__all__ = [
+    "DEFAULT_SPECULATION",
+    "DRAFTER_ROOT",
+    "default_speculation",
+    "mask_token_id_for",
+    "shipped_drafter",
+]
 
 DRAFTER_ROOT = Path(__file__).parent / "drafters"
 _SHIPPED = {BUNDLED_MODEL: "smollm2-135m-instruct-dflash"}
 # SmolLM2's `<empty_output>`: a special token chat never produces; the drafter's mask slot.
 _MASK_TOKEN_IDS = {BUNDLED_MODEL: 16}
+# The speculative method `agentserve up` uses for a model whose spec picks none: the one
+# `agentserve bench speculative` measured fastest at batch 1 (geometric mean over T=0 and
+# T=1; docs/benchmarks.md). tests/unit/agentserve/test_default_speculation.py checks this
+# table against the committed figures, so a new benchmark that changes the winner fails
+# until the default follows it.
+DEFAULT_SPECULATION = {BUNDLED_MODEL: "ngram"}
 
 
 def _canonical(model: str) -> str:
@@ -23,6 +35,11 @@ def shipped_drafter(model: str) -> Path | None:
     name = _SHIPPED.get(_canonical(model))
     path = DRAFTER_ROOT / name if name else None
     return path if path is not None and (path / "config.json").is_file() else None
+
+
+def default_speculation(model: str) -> str | None:
+    """vLLM speculative method `up` uses for `model` by default; None = plain decoding."""
+    return DEFAULT_SPECULATION.get(_canonical(model))
 
 
 def mask_token_id_for(model: str, tokenizer) -> int:

@@ -34,6 +34,10 @@ def _missing(_: str) -> None:
     return None
 
 
+def _ngram(_: str) -> str:
+    return "ngram"
+
+
 @pytest.mark.parametrize(
     ("model", "flag", "shipped", "enabled", "noted"),
     [
@@ -51,6 +55,25 @@ def test_drafter_defaults_table(model, flag, shipped, enabled, noted):
     out, notes = with_default_drafters(spec, flag, shipped)
     assert out.models[0].drafter.enabled is enabled
     assert bool(notes) is noted
+
+
+@pytest.mark.parametrize(
+    ("model", "default", "enabled", "method", "noted"),
+    [
+        ({}, _ngram, True, "ngram", True),  # measured fastest: n-gram, and `up` says why
+        ({}, lambda _: None, False, "dflash", False),  # plain decoding measured fastest
+        ({"drafter": {"method": "dflash"}}, _ngram, True, "dflash", False),  # spec's method
+        ({"drafter": {"enabled": True}}, _ngram, True, "dflash", False),  # spec decided
+        ({"source": "/m"}, _ngram, False, "dflash", False),  # not the bundled model
+    ],
+)
+def test_measured_default_method(model, default, enabled, method, noted):
+    spec = spec_from_dict({"models": [model]})
+    out, notes = with_default_drafters(spec, None, _found, default)
+    drafter = out.models[0].drafter
+    assert (drafter.enabled, drafter.method, bool(notes)) == (enabled, method, noted)
+    if noted:
+        assert "--speculation dflash" in notes[0]
 
 
 @pytest.mark.parametrize(
