@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import shlex
@@ -140,24 +141,14 @@ def _run_speculative(args: argparse.Namespace) -> int:
             flush=True,
         )
         methods = _methods(args.methods)
-        cells += vllm_runs(
-            str(model_dir),
-            str(drafter_dir),
-            prompts,
-            args.max_tokens,
-            args.batch_sizes,
-            args.temperatures,
-            methods=methods,
+        runs = functools.partial(
+            vllm_runs, str(model_dir), str(drafter_dir), prompts, args.max_tokens, args.batch_sizes
         )
+        cells += runs(args.temperatures, methods=methods)
         if args.identity_dtype:
             k = next((k for m, k in methods if m.startswith("dflash")), 7)
             print(f"vLLM {args.identity_dtype}: greedy identity, none vs dflash:{k}", flush=True)
-            cells += vllm_runs(
-                str(model_dir),
-                str(drafter_dir),
-                prompts,
-                args.max_tokens,
-                args.batch_sizes,
+            cells += runs(
                 [0.0],
                 methods=[("none", 0), ("dflash", k)],
                 engine_overrides={"enforce_eager": True},  # identity, not speed: fast start
