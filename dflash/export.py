@@ -55,6 +55,8 @@ def save_drafter(
     _save_weights(state, tmp, max_shard_bytes)
     (tmp / "config.json").write_text(json.dumps(drafter.config.to_hf_dict(), indent=2) + "\n")
     shutil.copyfile(REMOTE_CODE, tmp / "dflash.py")  # config auto_map: AutoModel loads it
+    for file in tmp.iterdir():  # safetensors writes 0600; a checkpoint is shared, read-only data
+        file.chmod(0o644)
     if directory.exists():
         for old in directory.iterdir():
             if old.suffix == ".safetensors" or old.name in (INDEX, "config.json", "dflash.py"):

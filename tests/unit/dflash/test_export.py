@@ -18,6 +18,7 @@ def test_round_trip_preserves_weights(tiny_drafter, tmp_path):
     for name, tensor in tiny_drafter.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[name], tensor)
     assert loaded.config == tiny_drafter.config
+    assert {f.stat().st_mode & 0o777 for f in path.iterdir()} == {0o644}  # shared, read-only
 
 
 def test_sharded_export_round_trips_and_indexes_every_tensor(tiny_drafter, tmp_path):
