@@ -95,10 +95,22 @@ install_prometheus() {
   return "$rc"
 }
 
-# Test tools beyond pip: a static helm for the chart tests (helm lint/template), promtool.
+# Headless Chromium (Debian package chromium) for the test that opens Phoenix's trace page.
+# A browser has too many shared libraries to unpack into the venv: apt installs it, which
+# needs root. Never fatal.
+install_chromium() {
+  command -v chromium >/dev/null 2>&1 && return 0
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+  local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+  "${apt[@]}" >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && "${apt[@]}" >/dev/null 2>&1; }
+}
+
+# Test tools beyond pip: a static helm for the chart tests (helm lint/template), promtool,
+# chromium.
 if [[ " ${extras[*]} " == *" dev "* ]]; then
   helm/install-helm.sh "$venv/bin/helm" || echo "install.sh: helm not installed; chart tests will skip" >&2
   install_prometheus || echo "install.sh: warning: promtool not installed (apt-get download prometheus failed); alert rule tests will skip" >&2
+  install_chromium || echo "install.sh: warning: chromium not installed (needs root and apt: apt-get install chromium); the trace UI browser test will skip" >&2
 fi
 
 "$py" -c 'import vllm, transformers, ray.serve, agentserve, dflash' \
