@@ -3,7 +3,8 @@ trace and session headers, streaming, metrics. Ray-free; serve/app.py hosts it i
 
 Request path: in open mode, trusted Host and JSON POSTs only (400/415, serve/host_guard.py)
 -> resolve tenant (401) -> parse body (400) -> find model (404) -> admit
-(503 model queue full, 429 tenant limit) -> backend.generate (through serve/migrate.py: a
+(serve/admission.py: 503 model queue full, 429 past the tenant's fair share of it or its
+limits, tokens reserved) -> backend.generate (through serve/migrate.py: a
 request whose replica dies continues on another) -> first delta (engine 4xx
 surface here as JSON errors; with no ready replica it is awaited at most
 cold_start_hold_timeout_s, then 503 + Retry-After) -> JSON or SSE. Every exit records
@@ -28,7 +29,7 @@ from opentelemetry.trace import NoOpTracer, Span, Tracer
 from agentserve.api.auth import Tenant, TenantResolver
 from agentserve.api.body import read_body
 from agentserve.api.cache_salt import CacheSalter
-from agentserve.api.errors import APIError, ModelNotFoundError, OverloadedError
+from agentserve.api.errors import APIError, OverloadedError
 from agentserve.api.openai import ResponseBuilder
 from agentserve.api.quota import Lease, RateLimiter
 from agentserve.api.sse import DONE, sse_event
@@ -42,6 +43,7 @@ from agentserve.engine.protocol import (
 )
 from agentserve.serve import spans
 from agentserve.serve.admin import AdminGate, admin_lifespan
+from agentserve.serve.admission import QueueShares, token_reservation
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.host_guard import OpenModeGuard, trusted_hosts
 from agentserve.serve.http_errors import error_body, install_error_handlers
@@ -100,23 +102,25 @@ class _Ingress:
         self.limiter = RateLimiter(clock)
         limits = model_limits(spec)
         self.metrics = ServingMetrics(sla_objectives(spec), limits)
-        self.in_flight = dict.fromkeys(self.backends, 0)
-        self.capacity = {name: lim.capacity for name, lim in limits.items()}
+        queue = spec.server.max_queue_len
+        capacity = {n: limits[n].capacity if n in limits else queue for n in self.backends}
+        self.shares = QueueShares(capacity, queue)  # serve/admission.py
+        self.shares.set_tenants(self.tenants.tenants())
+        self.in_flight = self.shares.in_flight  # model -> requests queued or running
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.parser = RequestParser(self.max_model_len)
         self.salter = CacheSalter()
 
     # -- admission ---------------------------------------------------------------------
-    def admit(self, model: str, tenant: Tenant) -> _Call:
-        if model not in self.backends:
-            raise ModelNotFoundError(model, sorted(self.backends))
-        if self.in_flight[model] >= self.capacity.get(model, self.spec.server.max_queue_len):
-            raise OverloadedError(
-                f"model {model!r} has {self.in_flight[model]} requests queued or running; "
-                "retry later"
-            )
-        lease = self.limiter.admit(tenant)
-        self.in_flight[model] += 1
+    def admit(self, model: str, tenant: Tenant, reserve_tokens: int = 0) -> _Call:
+        """Take a place in the model's queue (404, 503 full, 429 past the tenant's fair
+        share) and in the tenant's limits, reserving `reserve_tokens` (429)."""
+        self.shares.admit(model, tenant)
+        try:
+            lease = self.limiter.admit(tenant, reserve_tokens)
+        except BaseException:
+            self.shares.release(model, tenant.name)
+            raise
         self.metrics.in_flight.labels(model).inc()
         self.metrics.queued.labels(model).inc()
         return _Call(model, tenant.name, self.clock(), lease)
@@ -127,7 +131,7 @@ class _Ingress:
         call.closed = True
         if call.first is None:
             self.metrics.queued.labels(call.model).dec()
-        self.in_flight[call.model] -= 1
+        self.shares.release(call.model, call.tenant)
         self.metrics.in_flight.labels(call.model).dec()
         call.lease.finish(call.prompt_tokens + call.output_tokens)
         self.metrics.observe_request(
@@ -164,7 +168,8 @@ class _Ingress:
             tenant = self.tenants.resolve(request.headers.get("authorization"))
             raw = await read_body(request, self.spec.server.max_request_body_bytes)
             body = await self.parser.parse(kind, raw)  # heavy ones off the event loop
-            call = self.admit(body.model, tenant)
+            reserve = token_reservation(kind, body, self.max_model_len.get(body.model))
+            call = self.admit(body.model, tenant, reserve)
         except APIError as err:  # rejected before admission: 400/401/404/429/503
             spans.end_ingress(span, err.status)
             raise
