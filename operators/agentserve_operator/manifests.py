@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 from agentserve.spec import ModelSpec, TolerationSpec, to_yaml
+from agentserve.tenant_config import app_args, ingress_user_config
 
 from agentserve_operator import resource as r
 
@@ -110,7 +111,9 @@ def configmap(d: r.Desired) -> dict[str, Any]:
 
 
 def serve_config(d: r.Desired) -> dict[str, Any]:
-    """Ray Serve config (serveConfigV2): one application, model replicas pinned to groups."""
+    """Ray Serve config (serveConfigV2): one application, model replicas pinned to groups.
+    Tenants are the ingress's user_config, not application args (agentserve.tenant_config),
+    so changing a key or a limit is a lightweight update of the ingress alone."""
     deployments = [
         {
             "name": serve_deployment_name(m.name),
@@ -123,12 +126,19 @@ def serve_config(d: r.Desired) -> dict[str, Any]:
         for m in d.spec.models
     ]
     ingress = {"num_cpus": 0, "resources": {HEAD_RESOURCE: 1}}
-    deployments.append({"name": INGRESS_DEPLOYMENT, "ray_actor_options": ingress})
+    deployments.append(
+        {
+            "name": INGRESS_DEPLOYMENT,
+            "ray_actor_options": ingress,
+            # tenants apart from args: a key rotation updates only the ingress in place
+            "user_config": ingress_user_config(d.spec),
+        }
+    )
     app = {
         "name": d.spec.name,
         "route_prefix": "/",
         "import_path": APP_IMPORT_PATH,
-        "args": {"spec": d.spec.model_dump(mode="json")},
+        "args": app_args(d.spec),
         "deployments": deployments,
     }
     return {

@@ -19,7 +19,7 @@ import gc
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
@@ -50,7 +50,7 @@ from agentserve.serve.http_errors import error_body, install_error_handlers
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
-from agentserve.spec import DeploymentSpec
+from agentserve.spec import DeploymentSpec, TenantSpec
 
 __all__ = ["SESSION_HEADER", "create_app"]
 
@@ -95,13 +95,14 @@ class _Ingress:
         backends: Mapping[str, ModelBackend],
         clock: Callable[[], float],
         tracer: Tracer,
+        tenants: Sequence[TenantSpec] | None = None,
     ):
         self.spec, self.backends, self.clock = spec, dict(backends), clock
         self.tracer = tracer
-        self.tenants = TenantResolver(spec)
+        self.tenants = TenantResolver(spec, tenants)
         self.limiter = RateLimiter(clock)
         limits = model_limits(spec)
-        self.metrics = ServingMetrics(sla_objectives(spec), limits)
+        self.metrics = ServingMetrics(sla_objectives(spec, tenants), limits)
         queue = spec.server.max_queue_len
         capacity = {n: limits[n].capacity if n in limits else queue for n in self.backends}
         self.shares = QueueShares(capacity, queue)  # serve/admission.py
@@ -110,6 +111,13 @@ class _Ingress:
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.parser = RequestParser(self.max_model_len)
         self.salter = CacheSalter()
+
+    def set_tenants(self, tenants: Sequence[TenantSpec]) -> None:
+        """Replace the tenants, keys and limits (the ingress's user_config changed:
+        agentserve.tenant_config); requests in flight finish under their old lease."""
+        self.tenants = TenantResolver(self.spec, tenants)
+        self.shares.set_tenants(self.tenants.tenants())
+        self.metrics.set_slas(sla_objectives(self.spec, tenants))
 
     # -- admission ---------------------------------------------------------------------
     def admit(self, model: str, tenant: Tenant, reserve_tokens: int = 0) -> _Call:
@@ -375,14 +383,16 @@ def create_app(
     *,
     clock: Callable[[], float] = time.perf_counter,
     tracer: Tracer | None = None,
+    tenants: Sequence[TenantSpec] | None = None,
 ) -> FastAPI:
     """The ingress ASGI app for `spec`, serving the models in `backends` (name -> backend).
 
     Backends are injected: LocalBackend(engine) in tests, Ray handles in serve/app.py.
     `tracer` records the ingress span of each request (None: no spans; the caller's trace
-    headers are still passed on).
+    headers are still passed on). `tenants` None: the spec's; a list (the Serve
+    ingress's user_config): those, a key always required; `set_tenants` replaces them.
     """
-    ingress = _Ingress(spec, backends, clock, tracer or NoOpTracer())
+    ingress = _Ingress(spec, backends, clock, tracer or NoOpTracer(), tenants)
     # The ingress process holds ~600k objects from importing vLLM; a full (gen 2) garbage
     # collection over them holds the GIL 100-500 ms, stalling every stream. Frozen objects
     # are never scanned again: later collections see only what requests allocate.

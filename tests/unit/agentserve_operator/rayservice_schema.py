@@ -86,7 +86,11 @@ SERVE_CONFIG_SCHEMA = _obj(
                     "deployments": {
                         "type": "array",
                         "items": _obj(
-                            {"name": {"type": "string"}, "ray_actor_options": {"type": "object"}},
+                            {
+                                "name": {"type": "string"},
+                                "ray_actor_options": {"type": "object"},
+                                "user_config": {"type": "object"},
+                            },
                             ["name"],
                         ),
                     },
