@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 APP_NAME = "agentserve"
+LOOPBACK = "127.0.0.1"
 _QUIET_LOGGERS = ("ray", "ray.serve", "ray.data", "ray.train")
 
 
@@ -68,6 +69,10 @@ def start_local(
     included) to this process's stderr/stdout; otherwise they stay in Ray's log files.
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray's control plane (GCS, raylet, dashboard agent) runs code for whoever reaches it:
+    # token auth pinned on (Ray 2.60's default, made explicit; ray.init makes the token)
+    # and every Ray address on loopback. Only the Serve proxy binds server.host.
+    os.environ["RAY_AUTH_MODE"] = "token"
     import ray
     from ray import serve
 
@@ -75,6 +80,7 @@ def start_local(
     quiet_ray_logging(level)
     ray.init(
         address="local",  # always a fresh cluster, never someone else's
+        _node_ip_address=LOOPBACK,
         num_cpus=ray_num_cpus(spec),
         include_dashboard=False,
         log_to_driver=verbose,

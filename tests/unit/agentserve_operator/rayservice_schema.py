@@ -41,6 +41,12 @@ RAYSERVICE_SCHEMA = _obj(
                 "rayClusterConfig": _obj(
                     {
                         "rayVersion": {"type": "string"},
+                        "authOptions": _obj(
+                            {
+                                "mode": {"enum": ["disabled", "token"]},
+                                "secretName": {"type": "string"},
+                            }
+                        ),
                         "enableInTreeAutoscaling": {"type": "boolean"},
                         "autoscalerOptions": _obj(
                             {

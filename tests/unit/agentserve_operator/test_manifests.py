@@ -35,7 +35,9 @@ def _role(obj):
 
 def test_children_kinds_and_owner_references():
     objs = by_kind()
-    assert list(objs) == ["ConfigMap", "RayService", "Service", "AdminService", "ServiceMonitor"]
+    assert list(objs) == [
+        "ConfigMap", "NetworkPolicy", "RayService", "Service", "AdminService", "ServiceMonitor"
+    ]  # fmt: skip
     for obj in objs.values():
         [owner] = obj["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"], owner["controller"]) == ("AgentServe", "u-1", True)
