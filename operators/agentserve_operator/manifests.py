@@ -1,6 +1,6 @@
 """Pure builders: Desired -> the child objects of one AgentServe (RayService, ConfigMap,
-NetworkPolicy for the Ray pods, Service for the API, admin Service, ServiceMonitor). Same input, same dicts; every object
-carries the owner reference.
+NetworkPolicy for the Ray pods, Service for the API, admin Service, ServiceMonitor). Same
+input, same dicts; every object carries the owner reference.
 
 /metrics and /status are not on the API Service: the ingress replica is pinned to the
 head pod (custom resource HEAD_RESOURCE) and serves them on server.metrics_port there; the
