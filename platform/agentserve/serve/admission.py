@@ -1,5 +1,6 @@
-"""Admission to a model's queue: capacity, each tenant's fair share of it, and the token
-reservation a request makes against its tenant's tokens_per_minute.
+"""Admission to a model's queue: capacity, each tenant's fair share of it, the token
+reservation a request makes against its tenant's tokens_per_minute, and an admitted
+request's bookkeeping (AdmittedCall).
 
 Fair share (with two or more tenants): each tenant is guaranteed
 `max(1, server.max_queue_len // tenants)` requests per model. A tenant without its own
@@ -14,14 +15,44 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from opentelemetry.trace import Span
 
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import ModelNotFoundError, OverloadedError, RateLimitError
+from agentserve.api.quota import Lease
+from agentserve.engine.protocol import Delta
 
-__all__ = ["QueueShares", "estimate_prompt_tokens", "token_reservation"]
+__all__ = ["AdmittedCall", "QueueShares", "estimate_prompt_tokens", "token_reservation"]
 
 CHARS_PER_TOKEN = 4  # typical for English BPE vocabularies; settled to the real count
+
+
+@dataclass
+class AdmittedCall:
+    """One admitted request's timing and token bookkeeping; `close` runs exactly once."""
+
+    model: str
+    tenant: str
+    start: float
+    lease: Lease
+    first: float | None = None
+    last: float | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    finish_reason: str | None = None
+    span: Span | None = None
+    closed: bool = field(default=False)
+
+    def see(self, delta: Delta, now: float) -> None:
+        if self.first is None and (delta.text or delta.tool_calls or delta.finish_reason):
+            self.first = now
+        self.last = now
+        self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
+        self.output_tokens = max(self.output_tokens, delta.completion_tokens)
+        self.finish_reason = delta.finish_reason or self.finish_reason
 
 
 class QueueShares:

@@ -20,7 +20,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -31,7 +30,7 @@ from agentserve.api.body import read_body
 from agentserve.api.cache_salt import CacheSalter
 from agentserve.api.errors import APIError, OverloadedError
 from agentserve.api.openai import ResponseBuilder
-from agentserve.api.quota import Lease, RateLimiter
+from agentserve.api.quota import RateLimiter
 from agentserve.api.sse import DONE, sse_event
 from agentserve.engine.protocol import (
     Delta,
@@ -43,7 +42,7 @@ from agentserve.engine.protocol import (
 )
 from agentserve.serve import spans
 from agentserve.serve.admin import AdminGate, admin_lifespan
-from agentserve.serve.admission import QueueShares, token_reservation
+from agentserve.serve.admission import AdmittedCall, QueueShares, token_reservation
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.host_guard import OpenModeGuard, trusted_hosts
 from agentserve.serve.http_errors import error_body, install_error_handlers
@@ -59,31 +58,6 @@ SESSION_HEADER = "x-session-id"
 STATS_TIMEOUT_S = 2.0
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 COLD_START_RETRY_AFTER_S = 10.0
-
-
-@dataclass
-class _Call:
-    """One admitted request's timing and token bookkeeping; `close` runs exactly once."""
-
-    model: str
-    tenant: str
-    start: float
-    lease: Lease
-    first: float | None = None
-    last: float | None = None
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    finish_reason: str | None = None
-    span: Span | None = None
-    closed: bool = field(default=False)
-
-    def see(self, delta: Delta, now: float) -> None:
-        if self.first is None and (delta.text or delta.tool_calls or delta.finish_reason):
-            self.first = now
-        self.last = now
-        self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
-        self.output_tokens = max(self.output_tokens, delta.completion_tokens)
-        self.finish_reason = delta.finish_reason or self.finish_reason
 
 
 class _Ingress:
@@ -120,7 +94,7 @@ class _Ingress:
         self.metrics.set_slas(sla_objectives(self.spec, tenants))
 
     # -- admission ---------------------------------------------------------------------
-    def admit(self, model: str, tenant: Tenant, reserve_tokens: int = 0) -> _Call:
+    def admit(self, model: str, tenant: Tenant, reserve_tokens: int = 0) -> AdmittedCall:
         """Take a place in the model's queue (404, 503 full, 429 past the tenant's fair
         share) and in the tenant's limits, reserving `reserve_tokens` (429)."""
         self.shares.admit(model, tenant)
@@ -131,9 +105,9 @@ class _Ingress:
             raise
         self.metrics.in_flight.labels(model).inc()
         self.metrics.queued.labels(model).inc()
-        return _Call(model, tenant.name, self.clock(), lease)
+        return AdmittedCall(model, tenant.name, self.clock(), lease)
 
-    def close(self, call: _Call, status: int) -> None:
+    def close(self, call: AdmittedCall, status: int) -> None:
         if call.closed:
             return
         call.closed = True
@@ -163,7 +137,7 @@ class _Ingress:
                 finish_reason=call.finish_reason,
             )
 
-    def see(self, call: _Call, delta: Delta) -> None:
+    def see(self, call: AdmittedCall, delta: Delta) -> None:
         had_first = call.first is not None
         call.see(delta, self.clock())
         if not had_first and call.first is not None:
@@ -224,7 +198,7 @@ class _Ingress:
                 self.close(call, status)
 
     async def _collect(
-        self, call: _Call, first: Delta, stream: AsyncIterator[Delta], request: Request
+        self, call: AdmittedCall, first: Delta, stream: AsyncIterator[Delta], request: Request
     ) -> list[Delta] | None:
         """All deltas of a non-stream request; None when its client disconnects first
         (the generation is then cancelled, which aborts it in the engine)."""
@@ -268,7 +242,11 @@ class _Ingress:
             ) from None
 
     async def _sse(
-        self, call: _Call, builder: ResponseBuilder, first: Delta, stream: AsyncIterator[Delta]
+        self,
+        call: AdmittedCall,
+        builder: ResponseBuilder,
+        first: Delta,
+        stream: AsyncIterator[Delta],
     ) -> AsyncIterator[bytes]:
         """SSE bytes: role chunk, one chunk per delta, usage chunk, [DONE]; closes `call`."""
         status = 200
