@@ -147,7 +147,14 @@ def values_schema() -> dict[str, Any]:
             "imagePullSecrets": {"type": "array", "description": "Pull secrets for all pods."},
             "operator": _operator(),
             "servingImage": _image(),
-            "rbac": _obj({"create": _bool("Create ClusterRole/Binding.")}, "RBAC."),
+            "rbac": _obj({"create": _bool("Create ClusterRole/Binding (Roles/RoleBindings "
+                                          "per namespace with operator.watchNamespaces).")},
+                         "RBAC."),
+            "networkPolicy": _obj(
+                {"enabled": _bool("NetworkPolicy for the operator pod (the Ray pods get "
+                                  "theirs from the operator).")},
+                "NetworkPolicy.",
+            ),
             "serviceAccount": _obj(
                 {"create": _bool("Create the operator's ServiceAccount."),
                  "name": _str("Its name; empty = the release fullname.")},

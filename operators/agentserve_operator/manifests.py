@@ -1,6 +1,6 @@
 """Pure builders: Desired -> the child objects of one AgentServe (RayService, ConfigMap,
-Service for the API, admin Service, ServiceMonitor). Same input, same dicts; every object
-carries the owner reference.
+NetworkPolicy for the Ray pods, Service for the API, admin Service, ServiceMonitor). Same
+input, same dicts; every object carries the owner reference.
 
 /metrics and /status are not on the API Service: the ingress replica is pinned to the
 head pod (custom resource HEAD_RESOURCE) and serves them on server.metrics_port there; the
@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 from agentserve.spec import ModelSpec, TolerationSpec, to_yaml
+from agentserve.tenant_config import app_args, ingress_user_config
 
 from agentserve_operator import resource as r
 
@@ -30,10 +31,12 @@ LABEL_DEPLOYMENT = "agentserve.dev/deployment"
 LABEL_COMPONENT = "agentserve.dev/component"
 LABEL_MODEL = "agentserve.dev/model-group"
 GPU = "nvidia.com/gpu"
+POD_IP_ENV = {"name": "AGENTSERVE_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 HEAD_RESOURCE = "agentserve-head"  # only the head pod has it; the ingress asks for it
 INGRESS_DEPLOYMENT = "ingress"  # agentserve.serve.app.INGRESS_NAME (no Ray import here)
 API_VERSIONS = {
     "ConfigMap": "v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
     "RayService": "ray.io/v1",
     "Service": "v1",
     "ServiceMonitor": "monitoring.coreos.com/v1",
@@ -47,6 +50,7 @@ KINDS = {
     "Service": "Service",
     "AdminService": "Service",
     "ServiceMonitor": "ServiceMonitor",
+    "NetworkPolicy": "NetworkPolicy",
 }
 
 
@@ -58,6 +62,7 @@ def names(name: str) -> dict[str, str]:
         "Service": f"{name}-openai",
         "AdminService": f"{name}-admin",
         "ServiceMonitor": name,
+        "NetworkPolicy": f"{name}-ray",
     }
 
 
@@ -110,7 +115,9 @@ def configmap(d: r.Desired) -> dict[str, Any]:
 
 
 def serve_config(d: r.Desired) -> dict[str, Any]:
-    """Ray Serve config (serveConfigV2): one application, model replicas pinned to groups."""
+    """Ray Serve config (serveConfigV2): one application, model replicas pinned to groups.
+    Tenants are the ingress's user_config, not application args (agentserve.tenant_config),
+    so changing a key or a limit is a lightweight update of the ingress alone."""
     deployments = [
         {
             "name": serve_deployment_name(m.name),
@@ -123,12 +130,19 @@ def serve_config(d: r.Desired) -> dict[str, Any]:
         for m in d.spec.models
     ]
     ingress = {"num_cpus": 0, "resources": {HEAD_RESOURCE: 1}}
-    deployments.append({"name": INGRESS_DEPLOYMENT, "ray_actor_options": ingress})
+    deployments.append(
+        {
+            "name": INGRESS_DEPLOYMENT,
+            "ray_actor_options": ingress,
+            # tenants apart from args: a key rotation updates only the ingress in place
+            "user_config": ingress_user_config(d.spec),
+        }
+    )
     app = {
         "name": d.spec.name,
         "route_prefix": "/",
         "import_path": APP_IMPORT_PATH,
-        "args": {"spec": d.spec.model_dump(mode="json")},
+        "args": app_args(d.spec),
         "deployments": deployments,
     }
     return {
@@ -184,7 +198,15 @@ def _pod_template(d: r.Desired, container: dict[str, Any], extra_labels: dict[st
     volumes, _ = _volumes(d)
     return {
         "metadata": {"labels": {**labels(d, "ray"), **extra_labels}},
-        "spec": {"containers": [container], "volumes": volumes, **spec},
+        "spec": {
+            "containers": [container],
+            "volumes": volumes,
+            # Ray needs no Kubernetes API access; syscalls filtered by the runtime's profile
+            # (the root filesystem stays writable: Ray writes /tmp/ray and its sessions)
+            "automountServiceAccountToken": False,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            **spec,
+        },
     }
 
 
@@ -193,6 +215,7 @@ def head_group(d: r.Desired) -> dict[str, Any]:
     never GPUs."""
     size = {"cpu": str(d.kube.head_cpus), "memory": d.kube.head_memory}
     container = _container(d, "ray-head", {"requests": size, "limits": dict(size)})
+    container["env"].append(POD_IP_ENV)
     container["ports"] = [
         {"name": "gcs", "containerPort": 6379},
         {"name": "dashboard", "containerPort": 8265},
@@ -202,8 +225,11 @@ def head_group(d: r.Desired) -> dict[str, Any]:
         {"name": "admin", "containerPort": d.spec.server.metrics_port},
     ]
     return {
+        # The dashboard listens on the pod IP, never 0.0.0.0 (KubeRay runs `ray start` in
+        # bash, which expands the variable): KubeRay submits the Serve config through it.
+        # Token auth (authOptions, rayservice()) and the NetworkPolicy guard it.
         "rayStartParams": {
-            "dashboard-host": "0.0.0.0",
+            "dashboard-host": "$" + POD_IP_ENV["name"],
             "num-gpus": "0",
             "resources": "'" + json.dumps({HEAD_RESOURCE: 100}) + "'",
         },
@@ -263,6 +289,10 @@ def rayservice(d: r.Desired) -> dict[str, Any]:
             "serveConfigV2": yaml.safe_dump(serve_config(d), sort_keys=False),
             "rayClusterConfig": {
                 "rayVersion": d.kube.ray_version,
+                # KubeRay >= 1.5.1 makes a Secret with a random token and sets RAY_AUTH_MODE
+                # =token and RAY_AUTH_TOKEN on every Ray container: GCS, dashboard and the
+                # Jobs API refuse callers without it (KubeRay's own client has it)
+                "authOptions": {"mode": "token"},
                 "enableInTreeAutoscaling": True,
                 "autoscalerOptions": {"upscalingMode": "Default", "idleTimeoutSeconds": 60},
                 "headGroupSpec": head_group(d),
@@ -315,9 +345,45 @@ def servicemonitor(d: r.Desired) -> dict[str, Any]:
     }
 
 
+# KubeRay's operator pods (its Helm chart's label) reach the head's dashboard (Serve config
+# submission, status) and the dashboard agent on each pod.
+KUBERAY_OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
+DASHBOARD_PORTS = (8265, 52365)
+RAY_METRICS_PORT = 8080
+
+
+def network_policy(d: r.Desired) -> dict[str, Any]:
+    """Who may reach the Ray pods: anyone the API port (keys guard it); pods of the
+    cluster the admin and Ray metrics ports (Prometheus); KubeRay's operator the dashboard
+    ports; the deployment's own Ray pods every port (GCS, raylets, object transfer).
+    Everything else (GCS 6379, Ray client 10001, the dashboard from elsewhere) is refused."""
+    ray_pods = {"matchLabels": {LABEL_DEPLOYMENT: d.name, LABEL_COMPONENT: "ray"}}
+    kuberay = {"namespaceSelector": {}, "podSelector": {"matchLabels": KUBERAY_OPERATOR}}
+    admin = [p for p in (d.spec.server.metrics_port, RAY_METRICS_PORT) if p is not None]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(d, "NetworkPolicy", "ray"),
+        "spec": {
+            "podSelector": ray_pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": [_tcp(d.spec.server.port)]},
+                {"from": [{"namespaceSelector": {}}], "ports": [_tcp(p) for p in admin]},
+                {"from": [kuberay], "ports": [_tcp(p) for p in DASHBOARD_PORTS]},
+                {"from": [{"podSelector": ray_pods}]},
+            ],
+        },
+    }
+
+
+def _tcp(port: int) -> dict[str, Any]:
+    return {"protocol": "TCP", "port": port}
+
+
 def children(d: r.Desired, *, monitoring_available: bool) -> list[dict[str, Any]]:
     """Every child object one AgentServe should have, in apply order."""
-    objs = [configmap(d), rayservice(d), service(d), admin_service(d)]
+    objs = [configmap(d), network_policy(d), rayservice(d), service(d), admin_service(d)]
     if d.kube.monitoring and monitoring_available:
         objs.append(servicemonitor(d))
     return objs

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from yaml.constructor import ConstructorError
 
 from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL
@@ -30,6 +38,9 @@ __all__ = [
 
 _DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _SHA256_HEX = r"^[0-9a-f]{64}$"
+
+
+TENANTS_APART = "tenants_apart"  # validation context key: tenants arrive separately
 
 
 class SpecError(ValueError):
@@ -458,13 +469,14 @@ class DeploymentSpec(_Spec):
         return name
 
     @model_validator(mode="after")
-    def _check_cross_fields(self) -> DeploymentSpec:
+    def _check_cross_fields(self, info: ValidationInfo) -> DeploymentSpec:
         problems = [
             *_duplicates("models", [m.name for m in self.models], "model name"),
             *_duplicates("tenants", [t.name for t in self.tenants], "tenant name"),
             *_duplicates("tenants", [t.api_key_sha256 for t in self.tenants], "api_key_sha256"),
         ]
-        if not self.tenants and not _is_loopback(self.server.host):
+        tenants_apart = bool((info.context or {}).get(TENANTS_APART))  # tenant_config.py
+        if not self.tenants and not tenants_apart and not _is_loopback(self.server.host):
             problems.append(
                 f"server.host: {self.server.host!r} is not a loopback address, but no tenants "
                 "are configured, so the API would be open to the network; configure tenants "
@@ -520,13 +532,17 @@ def _error_pairs(err: ValidationError) -> list[tuple[str, str]]:
     return pairs
 
 
-def spec_from_dict(data: Any, *, source: str | None = None) -> DeploymentSpec:
-    """Validate a parsed spec (a mapping); raise SpecError naming every failing field."""
+def spec_from_dict(
+    data: Any, *, source: str | None = None, tenants_apart: bool = False
+) -> DeploymentSpec:
+    """Validate a parsed spec (a mapping); raise SpecError naming every failing field.
+    `tenants_apart`: the tenants come separately (agentserve.tenant_config), so an empty
+    `tenants` does not mean open mode."""
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise SpecError(f"{source or 'spec'}: the top level must be a mapping, got {kind}")
     try:
-        return DeploymentSpec.model_validate(data)
+        return DeploymentSpec.model_validate(data, context={TENANTS_APART: tenants_apart})
     except ValidationError as err:
         pairs = _error_pairs(err)
         lines = [f"  {path}: {msg}" if path else f"  {msg}" for path, msg in pairs]

@@ -66,12 +66,24 @@ def valid_traceparent(value: str | None) -> bool:
     return version != "ff" and trace_id != "0" * 32 and parent_id != "0" * 16
 
 
+# W3C limits: baggage at most 8192 bytes and 180 members; tracestate 32 members, and
+# receivers may drop it past 512 characters. A header over its bound is not passed on.
+HEADER_BOUNDS = {"baggage": (8192, 180), "tracestate": (512, 32)}
+
+
 def forwarded_trace_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The trace headers to pass on; a malformed traceparent drops the whole context."""
+    """The trace headers to pass on; a malformed traceparent drops the whole context, a
+    baggage or tracestate over its HEADER_BOUNDS is dropped alone."""
     lower = {k.lower(): v for k, v in headers.items()}
     if not valid_traceparent(lower.get("traceparent")):
         return {}
-    return {name: lower[name].strip() for name in FORWARDED_HEADERS if name in lower}
+    out = {}
+    for name in FORWARDED_HEADERS:
+        value = lower.get(name, "").strip()
+        size, members = HEADER_BOUNDS.get(name, (None, None))
+        if value and (size is None or (len(value) <= size and value.count(",") < members)):
+            out[name] = value
+    return out
 
 
 def extract_context(headers: Mapping[str, str]) -> Context:
@@ -143,23 +155,31 @@ EXPORT_TIMEOUT_S = 3.0
 SCHEDULE_DELAY_MS = 1000
 
 
-def make_provider(export: TraceExport, exporter=None, *, component: str | None = None):
-    """An SDK TracerProvider for `export`: parent-based ratio sampling, batch export.
+def make_provider(
+    export: TraceExport,
+    exporter=None,
+    *,
+    component: str | None = None,
+    trust_remote_parent: bool = True,
+):
+    """An SDK TracerProvider for `export`: ratio sampling, batch export.
 
+    `trust_remote_parent` False (the ingress: its callers are clients): the trace id
+    ratio decides even under a remote parent, so a client's traceparent flags can neither
+    force nor suppress sampling; True (replicas, whose parent is the ingress): parent-based.
     `exporter` replaces the OTLP exporter (tests pass an in-memory one; it is then
     processed synchronously). Never sets the global provider.
     """
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     attributes = {"service.name": export.service_name}
     if component:
         attributes["agentserve.component"] = component
     provider = TracerProvider(
         resource=Resource.create(attributes),
-        sampler=ParentBased(TraceIdRatioBased(export.sample_ratio)),
+        sampler=_sampler(export.sample_ratio, trust_remote_parent),
     )
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -168,6 +188,15 @@ def make_provider(export: TraceExport, exporter=None, *, component: str | None =
             BatchSpanProcessor(_otlp_exporter(export), schedule_delay_millis=SCHEDULE_DELAY_MS)
         )
     return provider
+
+
+def _sampler(ratio: float, trust_remote_parent: bool):
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    by_ratio = TraceIdRatioBased(ratio)
+    if trust_remote_parent:
+        return ParentBased(by_ratio)
+    return ParentBased(by_ratio, remote_parent_sampled=by_ratio, remote_parent_not_sampled=by_ratio)
 
 
 def _otlp_exporter(export: TraceExport):
@@ -186,4 +215,6 @@ def make_tracer(spec: TracingSpec, env: Mapping[str, str], component: str, expor
     if export is None and exporter is None:
         return trace.NoOpTracer()
     export = export or TraceExport("memory", sample_ratio=spec.sample_ratio)
-    return make_provider(export, exporter, component=component).get_tracer("agentserve")
+    trust = component != "ingress"  # the ingress's callers are clients
+    provider = make_provider(export, exporter, component=component, trust_remote_parent=trust)
+    return provider.get_tracer("agentserve")

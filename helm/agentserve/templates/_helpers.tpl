@@ -74,3 +74,37 @@ Secret and the serving image filled in where the spec leaves them out. */}}
 {{- define "agentserve.firstEnabled" -}}
 {{- if and .Values.agentServe.enabled (or .Values.model.source (.Values.agentServe.spec | default dict).models) }}true{{ end }}
 {{- end }}
+
+{{/* The operator's rules on namespaced objects (a ClusterRole's or a Role's). */}}
+{{- define "agentserve.operatorRules" }}
+  - apiGroups: [agentserve.dev]
+    resources: [agentserves]
+    verbs: [get, list, watch, patch]
+  - apiGroups: [agentserve.dev]
+    resources: [agentserves/status]
+    verbs: [get, patch]
+  - apiGroups: [ray.io]
+    resources: [rayservices]
+    verbs: [get, list, watch, create, patch, delete]
+  - apiGroups: [""]
+    resources: [configmaps, services]
+    verbs: [get, create, patch, delete]
+  - apiGroups: [networking.k8s.io]
+    resources: [networkpolicies]
+    verbs: [get, create, patch, delete]
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get]
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [list]
+  - apiGroups: [""]
+    resources: [events]
+    verbs: [create, patch]
+  - apiGroups: [events.k8s.io]
+    resources: [events]
+    verbs: [create, patch]
+  - apiGroups: [monitoring.coreos.com]
+    resources: [servicemonitors]
+    verbs: [get, create, patch, delete]
+{{- end }}

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentserve.api.errors import AuthenticationError
-from agentserve.spec import DeploymentSpec, RateLimitSpec, SLASpec
+from agentserve.spec import DeploymentSpec, RateLimitSpec, SLASpec, TenantSpec
 
 __all__ = ["OPEN_TENANT", "Tenant", "TenantResolver"]
 
@@ -32,20 +33,23 @@ class Tenant:
 class TenantResolver:
     """Maps an Authorization header to a Tenant; raises AuthenticationError (401)."""
 
-    def __init__(self, spec: DeploymentSpec):
+    def __init__(self, spec: DeploymentSpec, tenants: Sequence[TenantSpec] | None = None):
+        """`tenants` None: the spec's (none = open mode); given (the ingress's user_config,
+        agentserve.tenant_config), a key is always required, even with none configured."""
         self._tenants = [
             (
                 bytes.fromhex(t.api_key_sha256),
                 Tenant(t.name, t.sla, t.rate_limit, t.sla_class),
             )
-            for t in spec.tenants
+            for t in (spec.tenants if tenants is None else tenants)
         ]
         self._open = Tenant(OPEN_TENANT, spec.autoscaling.open_mode_sla, RateLimitSpec())
+        self._open_mode = tenants is None and not self._tenants
 
     @property
     def open_mode(self) -> bool:
         """True when no tenants are configured (no key needed)."""
-        return not self._tenants
+        return self._open_mode
 
     def tenants(self) -> list[Tenant]:
         """All tenants requests can map to."""

@@ -151,6 +151,7 @@ def _check_edge(kind: RequestKind, request: Any, data: dict[str, Any]) -> None:
         raise InvalidRequestError("'prompt' must be one string or one token list.", param="prompt")
     if request.n != 1:
         raise InvalidRequestError("Only n=1 is supported.", param="n")
+    _check_refused(data)
     temperature, top_p = request.temperature, request.top_p
     if temperature is not None and not 0 <= temperature <= 2:
         raise InvalidRequestError("'temperature' must be in [0, 2].", param="temperature")
@@ -162,6 +163,31 @@ def _check_edge(kind: RequestKind, request: Any, data: dict[str, Any]) -> None:
         raise InvalidRequestError(f"'{limit_name}' must be a positive integer.", param=limit_name)
     if request.stream_options is not None and not request.stream:
         raise InvalidRequestError("'stream_options' needs 'stream': true.", param="stream_options")
+
+
+# (field, refused when) -> why: fields the engine would act on that a client must not set
+_REFUSED: tuple[tuple[str, Any, str], ...] = (
+    ("chat_template", lambda v: v is not None,
+     "a request-supplied chat template is not accepted; the model's own template is used"),
+    ("priority", lambda v: v not in (None, 0),
+     "scheduling priority is set by the server, not by clients"),
+    ("top_logprobs", lambda v: bool(v),
+     "log probabilities are not returned by this server; leave out 'top_logprobs'"),
+    ("prompt_logprobs", lambda v: v is not None,
+     "prompt log probabilities are not returned by this server"),
+    ("logprobs", lambda v: v not in (None, False),
+     "log probabilities are not returned by this server; leave out 'logprobs'"),
+)  # fmt: skip
+
+
+def _check_refused(data: dict[str, Any]) -> None:
+    """400 (code unsupported_parameter) for the _REFUSED fields, so such a request never
+    reaches a replica (and logprobs are refused, not silently dropped)."""
+    for name, refused, why in _REFUSED:
+        if name in data and refused(data[name]):
+            raise InvalidRequestError(
+                f"'{name}' is not supported: {why}.", param=name, code="unsupported_parameter"
+            )
 
 
 def _prompt_count(prompt: Any) -> int:

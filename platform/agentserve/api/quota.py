@@ -1,8 +1,12 @@
 """Per-tenant rate limits (requests/min, tokens/min, concurrent requests) -> 429.
 
-A 60 s sliding window per tenant; the clock is injected. Tokens are charged when a
-request finishes (prompt + output), so a tenant over its token budget is refused from
-its next request on.
+A 60 s sliding window per tenant; the clock is injected. Tokens are reserved at admission
+(the request's prompt estimate + its output limit, see serve/admission.py
+`token_reservation`) and settled when it ends: the reservation is released and the
+actual prompt + output tokens are charged. A request whose reservation does not fit what
+is left of the tenant's `tokens_per_minute` (charged tokens in the window plus the
+reservations of its requests in flight) is refused, so concurrent requests cannot
+overspend the budget together.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from agentserve.api.errors import RateLimitError
 __all__ = ["Lease", "RateLimiter"]
 
 WINDOW_S = 60.0
+UNKNOWN_WAIT_S = 1.0  # Retry-After when only requests in flight hold the budget
 
 
 @dataclass
@@ -25,19 +30,22 @@ class _Usage:
     requests: deque[float] = field(default_factory=deque)
     tokens: deque[tuple[float, int]] = field(default_factory=deque)
     in_flight: int = 0
+    reserved: int = 0  # tokens reserved by requests in flight
 
 
 class Lease:
     """An admitted request; call `finish(tokens)` exactly once when it ends."""
 
-    def __init__(self, limiter: RateLimiter, tenant: str):
+    def __init__(self, limiter: RateLimiter, tenant: str, reserved: int = 0):
         self._limiter, self._tenant, self._open = limiter, tenant, True
+        self.reserved = reserved
 
     def finish(self, tokens: int) -> None:
-        """Release the concurrency slot and charge `tokens`; later calls do nothing."""
+        """Release the concurrency slot and the reservation, charge the `tokens` actually
+        used (prompt + output); later calls do nothing."""
         if self._open:
             self._open = False
-            self._limiter._finish(self._tenant, tokens)
+            self._limiter._finish(self._tenant, tokens, self.reserved)
 
 
 class RateLimiter:
@@ -47,8 +55,9 @@ class RateLimiter:
         self._clock = clock
         self._usage: dict[str, _Usage] = {}
 
-    def admit(self, tenant: Tenant) -> Lease:
-        """Count one request for `tenant` or raise RateLimitError (429) naming the limit."""
+    def admit(self, tenant: Tenant, reserve_tokens: int = 0) -> Lease:
+        """Count one request for `tenant`, reserving `reserve_tokens` of its
+        tokens_per_minute, or raise RateLimitError (429) naming the limit."""
         limits, now = tenant.rate_limit, self._clock()
         usage = self._usage.setdefault(tenant.name, _Usage())
         _expire(usage, now)
@@ -63,22 +72,53 @@ class RateLimiter:
                 f"tenant {tenant.name!r}: over {limits.requests_per_minute} requests per minute",
                 retry_after_s=usage.requests[0] + WINDOW_S - now,
             )
-        used = sum(n for _, n in usage.tokens)
-        if limits.tokens_per_minute and used >= limits.tokens_per_minute:
-            raise RateLimitError(
-                f"tenant {tenant.name!r}: over {limits.tokens_per_minute} tokens per minute",
-                retry_after_s=usage.tokens[0][0] + WINDOW_S - now,
-                code="tokens_limit_exceeded",
-            )
+        reserve = max(1, reserve_tokens) if limits.tokens_per_minute else 0  # >= 1 token
+        if limits.tokens_per_minute:
+            _check_tokens(tenant.name, limits.tokens_per_minute, usage, reserve, now)
         usage.requests.append(now)
         usage.in_flight += 1
-        return Lease(self, tenant.name)
+        usage.reserved += reserve
+        return Lease(self, tenant.name, reserve)
 
-    def _finish(self, tenant: str, tokens: int) -> None:
+    def _finish(self, tenant: str, tokens: int, reserved: int) -> None:
         usage = self._usage[tenant]
         usage.in_flight -= 1
+        usage.reserved -= reserved
         if tokens > 0:
             usage.tokens.append((self._clock(), tokens))
+
+
+def _check_tokens(name: str, limit: int, usage: _Usage, reserve: int, now: float) -> None:
+    """RateLimitError unless charged + reserved + `reserve` tokens fit in `limit`."""
+    if reserve > limit:
+        raise RateLimitError(
+            f"tenant {name!r}: this request may use up to {reserve} tokens (prompt estimate "
+            f"+ max_tokens), more than the limit of {limit} tokens per minute; send a "
+            "smaller max_tokens (or max_completion_tokens)",
+            retry_after_s=WINDOW_S,
+            code="tokens_limit_exceeded",
+        )
+    charged = sum(n for _, n in usage.tokens)
+    if charged + usage.reserved + reserve <= limit:
+        return
+    raise RateLimitError(
+        f"tenant {name!r}: over {limit} tokens per minute ({charged} used, "
+        f"{usage.reserved} reserved by requests in flight, this one needs up to {reserve})",
+        retry_after_s=_retry_after(usage, limit - usage.reserved - reserve, now),
+        code="tokens_limit_exceeded",
+    )
+
+
+def _retry_after(usage: _Usage, allowed: int, now: float) -> float:
+    """Seconds until the window's charged tokens drop to `allowed` (the oldest leave
+    first); UNKNOWN_WAIT_S when reservations in flight alone stand in the way."""
+    charged = sum(n for _, n in usage.tokens)
+    if allowed >= 0:
+        for at, n in usage.tokens:
+            charged -= n
+            if charged <= allowed:
+                return at + WINDOW_S - now
+    return UNKNOWN_WAIT_S
 
 
 def _expire(usage: _Usage, now: float) -> None:

@@ -116,17 +116,21 @@ class PolicySpec:
         *,
         latency_model: LatencyModel | None = None,
         replica_start_s: float = 60.0,
+        tenant_slas: Mapping[str, Any] | None = None,
     ) -> PolicySpec:
-        """Knobs for one model of `spec` (the first when `model_name` is None)."""
+        """Knobs for one model of `spec` (the first when `model_name` is None);
+        `tenant_slas` (tenant -> SLASpec) replaces the spec's tenants' SLAs when given."""
         model = next((m for m in spec.models if model_name in (None, m.name)), None)
         if model is None:
             raise KeyError(f"model {model_name!r} is not in the spec")
         a = spec.autoscaling
+        if tenant_slas is None:
+            tenant_slas = {t.name: t.sla for t in spec.tenants}
         return cls(
             min_replicas=model.replicas.min_replicas,
             max_replicas=model.replicas.max_replicas,
             max_num_seqs=model.max_num_seqs,
-            slas={t.name: Sla(t.sla.ttft_p95_ms, t.sla.tpot_p95_ms) for t in spec.tenants},
+            slas={n: Sla(s.ttft_p95_ms, s.tpot_p95_ms) for n, s in tenant_slas.items()},
             default_sla=Sla(a.open_mode_sla.ttft_p95_ms, a.open_mode_sla.tpot_p95_ms),
             upscale_ratio=a.upscale_sla_ratio,
             downscale_ratio=a.downscale_sla_ratio,

@@ -85,6 +85,7 @@ def ray_autoscaling_config(
     replica_start_s: float = 60.0,
     look_back_period_s: float | None = None,
     policy_function: str = POLICY_PATH,
+    tenant_slas: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `autoscaling_config` for one model's deployment. Policy "sla" runs
     `policy_function` (our SlaAutoscalingPolicy, or a subclass running another policy);
@@ -95,7 +96,11 @@ def ray_autoscaling_config(
     default, a field Ray 2.60 deprecates) to a third of it, since Ray requires the
     look-back to exceed the push interval."""
     policy = PolicySpec.from_deployment(
-        spec, model_name, latency_model=latency_model, replica_start_s=replica_start_s
+        spec,
+        model_name,
+        latency_model=latency_model,
+        replica_start_s=replica_start_s,
+        tenant_slas=tenant_slas,
     )
     look_back = look_back_period_s or spec.autoscaling.look_back_period_s
     config: dict[str, Any] = {

@@ -32,6 +32,13 @@ __all__ = [
 TOOL_CALL_PARSER = "hermes"
 
 
+# vLLM fetches any http(s) `image_url` a request names (SSRF: cloud metadata, internal
+# services) unless allowed_media_domains lists hosts; an empty list allows all. So the
+# default allows one reserved, never-resolving name (RFC 2606 `.invalid`): no remote media.
+# A model's engine_args may list real domains instead. data: URLs are always accepted.
+NO_REMOTE_MEDIA = ["no-remote-media.invalid"]
+
+
 class DrafterMissingError(ValueError):
     """The spec enables a drafter but none is available for the model."""
 
@@ -102,6 +109,7 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         "enable_prefix_caching": True,
         "speculative_config": speculative_config(model),
         "disable_log_stats": False,  # spec-decode and latency counters feed metrics/autoscaling
+        "allowed_media_domains": list(NO_REMOTE_MEDIA),
     }
     if model.async_scheduling:
         kwargs["async_scheduling"] = True

@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from ray import serve
@@ -31,7 +31,13 @@ from agentserve.engine.protocol import (
     EngineUnavailableError,
 )
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
-from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, ModelSpec
+from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, ModelSpec, SLASpec, TenantSpec
+from agentserve.tenant_config import (
+    TENANTS_FROM_USER_CONFIG,
+    ingress_user_config,
+    spec_from_app_args,
+    tenants_from_user_config,
+)
 
 __all__ = [
     "HandleBackend",
@@ -126,11 +132,31 @@ def _replica_died(handle: DeploymentHandle, err: RayActorError) -> EngineDeadErr
 
 @serve.ingress()
 class Ingress:
-    """Ingress deployment: builds the FastAPI app at replica start, with handles to models."""
+    """Ingress deployment: builds the FastAPI app at replica start, with handles to models.
 
-    def __init__(self, spec: DeploymentSpec, models: dict[str, DeploymentHandle]):
+    With `tenants_apart` the tenants (keys, SLAs, limits) come from the deployment's
+    user_config through `reconfigure` (agentserve.tenant_config), so rotating a key
+    updates this deployment in place and no model replica restarts; until the first
+    reconfigure every request needs a key and none is valid.
+    """
+
+    def __init__(
+        self,
+        spec: DeploymentSpec,
+        models: dict[str, DeploymentHandle],
+        tenants_apart: bool = False,
+    ):
         self.spec = spec
         self.models = models
+        self.tenants: list[TenantSpec] | None = [] if tenants_apart else None
+        self.asgi: Any = None
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """user_config {"tenants": [...]}: replace the tenants (a SpecError keeps the old)."""
+        self.tenants = tenants_from_user_config(user_config)
+        if self.asgi is not None:
+            self.asgi.state.ingress.set_tenants(self.tenants)
+        log.info("ingress tenants updated: %d tenant(s)", len(self.tenants))
 
     def __serve_build_asgi_app__(self) -> Any:
         from agentserve.serve.ingress import create_app
@@ -139,8 +165,9 @@ class Ingress:
 
         tracer = make_tracer(self.spec.tracing, os.environ, "ingress")
         backends = {n: HandleBackend(h) for n, h in self.models.items()}
-        app = create_app(self.spec, backends, tracer=tracer)
+        app = create_app(self.spec, backends, tracer=tracer, tenants=self.tenants)
         add_status_route(app)  # GET /status: Serve deployments and replicas
+        self.asgi = app
         return app
 
 
@@ -149,8 +176,11 @@ def deployment_name(model: str) -> str:
     return "model-" + re.sub(r"[^A-Za-z0-9._-]", "-", model)
 
 
-def deployment_options(model: ModelSpec, spec: DeploymentSpec) -> dict[str, Any]:
-    """Ray Serve options for one model's deployment, from the spec (pure)."""
+def deployment_options(
+    model: ModelSpec, spec: DeploymentSpec, tenant_slas: Mapping[str, SLASpec] | None = None
+) -> dict[str, Any]:
+    """Ray Serve options for one model's deployment, from the spec (pure);
+    `tenant_slas` replaces the spec's tenants' SLAs for the autoscaling policy."""
     replicas = model.replicas
     options: dict[str, Any] = {
         "name": deployment_name(model.name),
@@ -173,6 +203,7 @@ def deployment_options(model: ModelSpec, spec: DeploymentSpec) -> dict[str, Any]
             model.name,
             latency_model=latency_model_for(model),
             replica_start_s=expected_start_s(model),
+            tenant_slas=tenant_slas,
         )
     return options
 
@@ -194,21 +225,34 @@ def expected_start_s(model: ModelSpec) -> float:
 
 
 def build_app(
-    spec: DeploymentSpec, engine_factory: EngineFactory = default_engine_factory
+    spec: DeploymentSpec,
+    engine_factory: EngineFactory = default_engine_factory,
+    *,
+    tenant_slas: Mapping[str, SLASpec] | None = None,
 ) -> serve.Application:
     """The Serve application for `spec`; run it with serve.run(app, route_prefix="/").
     Model deployments with min_replicas < max_replicas autoscale with
     spec.autoscaling.policy: "sla" (our policy, fed by the replicas' autoscaling stats) or
-    "ray_default" (Ray's target_ongoing_requests)."""
+    "ray_default" (Ray's target_ongoing_requests).
+
+    Tenants never reach the model deployments or the ingress's init args: the ingress
+    gets them as its user_config (agentserve.tenant_config). `tenant_slas` given: the
+    spec has no tenants because a Serve config supplies that user_config (the operator's
+    path, build_app_from_args)."""
+    apart = bool(spec.tenants) or tenant_slas is not None
+    if tenant_slas is None:
+        tenant_slas = {t.name: t.sla for t in spec.tenants}
     look_back_s = spec.autoscaling.look_back_period_s
     models = {
         m.name: serve.deployment(ModelReplica)
-        .options(**deployment_options(m, spec))
+        .options(**deployment_options(m, spec, tenant_slas))
         .bind(m, engine_factory, tracing=spec.tracing, window_s=look_back_s)
         for m in spec.models
     }
     ingress = serve.deployment(Ingress).options(**ingress_options(spec))
-    return ingress.bind(spec, models)
+    if spec.tenants:
+        ingress = ingress.options(user_config=ingress_user_config(spec))
+    return ingress.bind(spec.model_copy(update={"tenants": []}), models, tenants_apart=apart)
 
 
 def ingress_options(spec: DeploymentSpec) -> dict[str, Any]:
@@ -233,9 +277,14 @@ def ingress_options(spec: DeploymentSpec) -> dict[str, Any]:
 
 def build_app_from_args(args: dict[str, Any]) -> serve.Application:
     """Ray Serve app builder for `serve run` / KubeRay serveConfigV2 (import_path
-    `agentserve.serve.app:build_app_from_args`): args = {"spec": DeploymentSpec as a dict}."""
+    `agentserve.serve.app:build_app_from_args`): args = tenant_config.app_args(spec) (the
+    tenants then come as the ingress deployment's user_config), or {"spec": the whole
+    DeploymentSpec as a dict}."""
     from agentserve.spec import spec_from_dict
 
     if "spec" not in args:
         raise ValueError('serve application args need a "spec" entry (the DeploymentSpec)')
+    if args.get("tenants_from") == TENANTS_FROM_USER_CONFIG:
+        spec, slas = spec_from_app_args(args)
+        return build_app(spec, tenant_slas=slas)
     return build_app(spec_from_dict(args["spec"]))

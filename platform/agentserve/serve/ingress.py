@@ -3,7 +3,8 @@ trace and session headers, streaming, metrics. Ray-free; serve/app.py hosts it i
 
 Request path: in open mode, trusted Host and JSON POSTs only (400/415, serve/host_guard.py)
 -> resolve tenant (401) -> parse body (400) -> find model (404) -> admit
-(503 model queue full, 429 tenant limit) -> backend.generate (through serve/migrate.py: a
+(serve/admission.py: 503 model queue full, 429 past the tenant's fair share of it or its
+limits, tokens reserved) -> backend.generate (through serve/migrate.py: a
 request whose replica dies continues on another) -> first delta (engine 4xx
 surface here as JSON errors; with no ready replica it is awaited at most
 cold_start_hold_timeout_s, then 503 + Retry-After) -> JSON or SSE. Every exit records
@@ -18,8 +19,7 @@ import gc
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -28,9 +28,9 @@ from opentelemetry.trace import NoOpTracer, Span, Tracer
 from agentserve.api.auth import Tenant, TenantResolver
 from agentserve.api.body import read_body
 from agentserve.api.cache_salt import CacheSalter
-from agentserve.api.errors import APIError, ModelNotFoundError, OverloadedError
+from agentserve.api.errors import APIError, OverloadedError
 from agentserve.api.openai import ResponseBuilder
-from agentserve.api.quota import Lease, RateLimiter
+from agentserve.api.quota import RateLimiter
 from agentserve.api.sse import DONE, sse_event
 from agentserve.engine.protocol import (
     Delta,
@@ -42,13 +42,14 @@ from agentserve.engine.protocol import (
 )
 from agentserve.serve import spans
 from agentserve.serve.admin import AdminGate, admin_lifespan
+from agentserve.serve.admission import AdmittedCall, QueueShares, token_reservation
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.host_guard import OpenModeGuard, trusted_hosts
 from agentserve.serve.http_errors import error_body, install_error_handlers
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
-from agentserve.spec import DeploymentSpec
+from agentserve.spec import DeploymentSpec, TenantSpec
 
 __all__ = ["SESSION_HEADER", "create_app"]
 
@@ -57,31 +58,6 @@ SESSION_HEADER = "x-session-id"
 STATS_TIMEOUT_S = 2.0
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 COLD_START_RETRY_AFTER_S = 10.0
-
-
-@dataclass
-class _Call:
-    """One admitted request's timing and token bookkeeping; `close` runs exactly once."""
-
-    model: str
-    tenant: str
-    start: float
-    lease: Lease
-    first: float | None = None
-    last: float | None = None
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    finish_reason: str | None = None
-    span: Span | None = None
-    closed: bool = field(default=False)
-
-    def see(self, delta: Delta, now: float) -> None:
-        if self.first is None and (delta.text or delta.tool_calls or delta.finish_reason):
-            self.first = now
-        self.last = now
-        self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
-        self.output_tokens = max(self.output_tokens, delta.completion_tokens)
-        self.finish_reason = delta.finish_reason or self.finish_reason
 
 
 class _Ingress:
@@ -93,41 +69,51 @@ class _Ingress:
         backends: Mapping[str, ModelBackend],
         clock: Callable[[], float],
         tracer: Tracer,
+        tenants: Sequence[TenantSpec] | None = None,
     ):
         self.spec, self.backends, self.clock = spec, dict(backends), clock
         self.tracer = tracer
-        self.tenants = TenantResolver(spec)
+        self.tenants = TenantResolver(spec, tenants)
         self.limiter = RateLimiter(clock)
         limits = model_limits(spec)
-        self.metrics = ServingMetrics(sla_objectives(spec), limits)
-        self.in_flight = dict.fromkeys(self.backends, 0)
-        self.capacity = {name: lim.capacity for name, lim in limits.items()}
+        self.metrics = ServingMetrics(sla_objectives(spec, tenants), limits)
+        queue = spec.server.max_queue_len
+        capacity = {n: limits[n].capacity if n in limits else queue for n in self.backends}
+        self.shares = QueueShares(capacity, queue)  # serve/admission.py
+        self.shares.set_tenants(self.tenants.tenants())
+        self.in_flight = self.shares.in_flight  # model -> requests queued or running
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.parser = RequestParser(self.max_model_len)
         self.salter = CacheSalter()
 
+    def set_tenants(self, tenants: Sequence[TenantSpec]) -> None:
+        """Replace the tenants, keys and limits (the ingress's user_config changed:
+        agentserve.tenant_config); requests in flight finish under their old lease."""
+        self.tenants = TenantResolver(self.spec, tenants)
+        self.shares.set_tenants(self.tenants.tenants())
+        self.metrics.set_slas(sla_objectives(self.spec, tenants))
+
     # -- admission ---------------------------------------------------------------------
-    def admit(self, model: str, tenant: Tenant) -> _Call:
-        if model not in self.backends:
-            raise ModelNotFoundError(model, sorted(self.backends))
-        if self.in_flight[model] >= self.capacity.get(model, self.spec.server.max_queue_len):
-            raise OverloadedError(
-                f"model {model!r} has {self.in_flight[model]} requests queued or running; "
-                "retry later"
-            )
-        lease = self.limiter.admit(tenant)
-        self.in_flight[model] += 1
+    def admit(self, model: str, tenant: Tenant, reserve_tokens: int = 0) -> AdmittedCall:
+        """Take a place in the model's queue (404, 503 full, 429 past the tenant's fair
+        share) and in the tenant's limits, reserving `reserve_tokens` (429)."""
+        self.shares.admit(model, tenant)
+        try:
+            lease = self.limiter.admit(tenant, reserve_tokens)
+        except BaseException:
+            self.shares.release(model, tenant.name)
+            raise
         self.metrics.in_flight.labels(model).inc()
         self.metrics.queued.labels(model).inc()
-        return _Call(model, tenant.name, self.clock(), lease)
+        return AdmittedCall(model, tenant.name, self.clock(), lease)
 
-    def close(self, call: _Call, status: int) -> None:
+    def close(self, call: AdmittedCall, status: int) -> None:
         if call.closed:
             return
         call.closed = True
         if call.first is None:
             self.metrics.queued.labels(call.model).dec()
-        self.in_flight[call.model] -= 1
+        self.shares.release(call.model, call.tenant)
         self.metrics.in_flight.labels(call.model).dec()
         call.lease.finish(call.prompt_tokens + call.output_tokens)
         self.metrics.observe_request(
@@ -151,7 +137,7 @@ class _Ingress:
                 finish_reason=call.finish_reason,
             )
 
-    def see(self, call: _Call, delta: Delta) -> None:
+    def see(self, call: AdmittedCall, delta: Delta) -> None:
         had_first = call.first is not None
         call.see(delta, self.clock())
         if not had_first and call.first is not None:
@@ -164,7 +150,8 @@ class _Ingress:
             tenant = self.tenants.resolve(request.headers.get("authorization"))
             raw = await read_body(request, self.spec.server.max_request_body_bytes)
             body = await self.parser.parse(kind, raw)  # heavy ones off the event loop
-            call = self.admit(body.model, tenant)
+            reserve = token_reservation(kind, body, self.max_model_len.get(body.model))
+            call = self.admit(body.model, tenant, reserve)
         except APIError as err:  # rejected before admission: 400/401/404/429/503
             spans.end_ingress(span, err.status)
             raise
@@ -211,7 +198,7 @@ class _Ingress:
                 self.close(call, status)
 
     async def _collect(
-        self, call: _Call, first: Delta, stream: AsyncIterator[Delta], request: Request
+        self, call: AdmittedCall, first: Delta, stream: AsyncIterator[Delta], request: Request
     ) -> list[Delta] | None:
         """All deltas of a non-stream request; None when its client disconnects first
         (the generation is then cancelled, which aborts it in the engine)."""
@@ -255,7 +242,11 @@ class _Ingress:
             ) from None
 
     async def _sse(
-        self, call: _Call, builder: ResponseBuilder, first: Delta, stream: AsyncIterator[Delta]
+        self,
+        call: AdmittedCall,
+        builder: ResponseBuilder,
+        first: Delta,
+        stream: AsyncIterator[Delta],
     ) -> AsyncIterator[bytes]:
         """SSE bytes: role chunk, one chunk per delta, usage chunk, [DONE]; closes `call`."""
         status = 200
@@ -370,14 +361,16 @@ def create_app(
     *,
     clock: Callable[[], float] = time.perf_counter,
     tracer: Tracer | None = None,
+    tenants: Sequence[TenantSpec] | None = None,
 ) -> FastAPI:
     """The ingress ASGI app for `spec`, serving the models in `backends` (name -> backend).
 
     Backends are injected: LocalBackend(engine) in tests, Ray handles in serve/app.py.
     `tracer` records the ingress span of each request (None: no spans; the caller's trace
-    headers are still passed on).
+    headers are still passed on). `tenants` None: the spec's; a list (the Serve
+    ingress's user_config): those, a key always required; `set_tenants` replaces them.
     """
-    ingress = _Ingress(spec, backends, clock, tracer or NoOpTracer())
+    ingress = _Ingress(spec, backends, clock, tracer or NoOpTracer(), tenants)
     # The ingress process holds ~600k objects from importing vLLM; a full (gen 2) garbage
     # collection over them holds the GIL 100-500 ms, stalling every stream. Frozen objects
     # are never scanned again: later collections see only what requests allocate.

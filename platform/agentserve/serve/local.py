@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 APP_NAME = "agentserve"
+LOOPBACK = "127.0.0.1"
 _QUIET_LOGGERS = ("ray", "ray.serve", "ray.data", "ray.train")
 
 
@@ -56,6 +57,20 @@ def quiet_ray_logging(level: int = logging.ERROR) -> None:
         logging.getLogger(name).setLevel(level)
 
 
+def pin_token_auth() -> None:
+    """RAY_AUTH_MODE=token for this process and the Ray processes it starts, even over a
+    stray RAY_AUTH_MODE=disabled (ray.init then makes or reads ~/.ray/auth_token).
+
+    Ray's control plane (GCS, raylet, dashboard agent) runs code for whoever reaches it,
+    and Ray 2.60's gRPC servers listen on every interface even with the node address on
+    loopback (start_local sets it): the token is the guard. Ray caches the mode when it is
+    imported, so setting the variable alone is not enough: Ray's own helper also refreshes
+    its cached config (the same call its default-on path makes)."""
+    from ray._private.authentication import authentication_token_setup as auth
+
+    auth._enable_token_auth()
+
+
 def start_local(
     spec: DeploymentSpec,
     *,
@@ -69,12 +84,15 @@ def start_local(
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
+
+    pin_token_auth()
     from ray import serve
 
     level = logging.INFO if verbose else logging.ERROR
     quiet_ray_logging(level)
     ray.init(
         address="local",  # always a fresh cluster, never someone else's
+        _node_ip_address=LOOPBACK,
         num_cpus=ray_num_cpus(spec),
         include_dashboard=False,
         log_to_driver=verbose,

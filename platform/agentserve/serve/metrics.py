@@ -8,6 +8,7 @@ per output token, not per engine step, so speculation shows up as lower TPOT.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
@@ -94,12 +95,14 @@ class _EngineStatsCollector(Collector):
         yield from families.values()
 
 
-def sla_objectives(spec) -> dict[str, tuple[float, float]]:
-    """tenant -> (TTFT, TPOT) p95 objectives in seconds for a DeploymentSpec; without
-    tenants, the open-mode tenant gets autoscaling.open_mode_sla."""
+def sla_objectives(spec, tenants=None) -> dict[str, tuple[float, float]]:
+    """tenant -> (TTFT, TPOT) p95 objectives in seconds for a DeploymentSpec (or for
+    `tenants`, when given); without tenants, the open-mode tenant gets
+    autoscaling.open_mode_sla."""
     from agentserve.api.auth import OPEN_TENANT
 
-    slas = {t.name: t.sla for t in spec.tenants} or {OPEN_TENANT: spec.autoscaling.open_mode_sla}
+    tenants = spec.tenants if tenants is None else tenants
+    slas = {t.name: t.sla for t in tenants} or {OPEN_TENANT: spec.autoscaling.open_mode_sla}
     return {name: (s.ttft_p95_ms / 1000, s.tpot_p95_ms / 1000) for name, s in slas.items()}
 
 
@@ -189,9 +192,7 @@ class ServingMetrics:
             ["tenant", "objective"],
             registry=r,
         )
-        for tenant, (ttft_s, tpot_s) in self.slas.items():
-            self.sla_objective.labels(tenant, "ttft").set(ttft_s)
-            self.sla_objective.labels(tenant, "tpot").set(tpot_s)
+        self.set_slas(self.slas)
         self.replicas = Gauge(
             "agentserve_replicas_ready",
             "Replicas of the model serving now (per Serve's controller).",
@@ -240,6 +241,17 @@ class ServingMetrics:
             min_replicas.labels(model).set(lim.min_replicas)
             if lim.acceptance_floor is not None:
                 floor.labels(model).set(lim.acceptance_floor)
+
+    def set_slas(self, slas: Mapping[str, tuple[float, float]]) -> None:
+        """Replace the tenants' objectives (a tenant update); gone tenants' series go."""
+        for tenant in set(self.slas) - set(slas):
+            for objective in ("ttft", "tpot"):
+                with contextlib.suppress(KeyError):
+                    self.sla_objective.remove(tenant, objective)
+        self.slas = dict(slas)
+        for tenant, (ttft_s, tpot_s) in self.slas.items():
+            self.sla_objective.labels(tenant, "ttft").set(ttft_s)
+            self.sla_objective.labels(tenant, "tpot").set(tpot_s)
 
     def observe_request(
         self,

@@ -213,12 +213,12 @@ def test_concurrency_cap_over_http_is_429_with_retry_after_and_frees_on_finish()
 
 
 def test_tokens_per_minute_over_http():
-    client, _ = _client(_spec(tokens_per_minute=10))
+    client, _ = _client(_spec(tokens_per_minute=17))  # each request: 2 + 3 tokens
     headers = _auth(SECRET)
     assert client.post("/v1/chat/completions", json=BODY, headers=headers).status_code == 200
     r = client.post("/v1/chat/completions", json=BODY, headers=headers)
-    assert r.status_code == 200  # 7 tokens used so far: under 10
-    r = client.post("/v1/chat/completions", json=BODY, headers=headers)
+    assert r.status_code == 200  # 5 used + 8 reserved (prompt estimate 4 + max_tokens 4)
+    r = client.post("/v1/chat/completions", json=BODY, headers=headers)  # 10 + 8 > 17
     assert r.status_code == 429 and r.json()["error"]["code"] == "tokens_limit_exceeded"
     assert int(r.headers["retry-after"]) >= 1
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}

@@ -41,6 +41,12 @@ RAYSERVICE_SCHEMA = _obj(
                 "rayClusterConfig": _obj(
                     {
                         "rayVersion": {"type": "string"},
+                        "authOptions": _obj(
+                            {
+                                "mode": {"enum": ["disabled", "token"]},
+                                "secretName": {"type": "string"},
+                            }
+                        ),
                         "enableInTreeAutoscaling": {"type": "boolean"},
                         "autoscalerOptions": _obj(
                             {
@@ -86,7 +92,11 @@ SERVE_CONFIG_SCHEMA = _obj(
                     "deployments": {
                         "type": "array",
                         "items": _obj(
-                            {"name": {"type": "string"}, "ray_actor_options": {"type": "object"}},
+                            {
+                                "name": {"type": "string"},
+                                "ray_actor_options": {"type": "object"},
+                                "user_config": {"type": "object"},
+                            },
                             ["name"],
                         ),
                     },

@@ -33,7 +33,7 @@ def chart(tmp_path_factory) -> Path:
     stub = root / "charts" / "kuberay-operator"
     stub.mkdir(parents=True)
     (stub / "Chart.yaml").write_text(
-        "apiVersion: v2\nname: kuberay-operator\nversion: 1.4.2\ndescription: stand-in\n"
+        "apiVersion: v2\nname: kuberay-operator\nversion: 1.5.1\ndescription: stand-in\n"
     )
     return root
 

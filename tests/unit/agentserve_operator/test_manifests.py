@@ -35,7 +35,9 @@ def _role(obj):
 
 def test_children_kinds_and_owner_references():
     objs = by_kind()
-    assert list(objs) == ["ConfigMap", "RayService", "Service", "AdminService", "ServiceMonitor"]
+    assert list(objs) == [
+        "ConfigMap", "NetworkPolicy", "RayService", "Service", "AdminService", "ServiceMonitor"
+    ]  # fmt: skip
     for obj in objs.values():
         [owner] = obj["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"], owner["controller"]) == ("AgentServe", "u-1", True)
@@ -84,12 +86,15 @@ def test_serve_config_runs_the_spec_and_pins_replicas_to_their_group():
     config = yaml.safe_load(by_kind(d)["RayService"]["spec"]["serveConfigV2"])
     [app] = config["applications"]
     assert app["import_path"] == m.APP_IMPORT_PATH
-    assert app["args"]["spec"] == d.spec.model_dump(mode="json")
+    assert app["args"]["spec"] == d.spec.model_dump(mode="json") | {"tenants": []}
+    assert app["args"]["tenant_slas"] == {t.name: t.sla.model_dump() for t in d.spec.tenants}
     deployment, ingress = app["deployments"]
     group = m.worker_group_name("qwen3-8b")
     assert deployment["ray_actor_options"]["resources"] == {group: 1}
     worker = by_kind(d)["RayService"]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
     assert group in worker["rayStartParams"]["resources"]
+    tenants = ingress.pop("user_config")["tenants"]
+    assert [t["api_key_sha256"] for t in tenants] == [t.api_key_sha256 for t in d.spec.tenants]
     assert ingress == {
         "name": "ingress",
         "ray_actor_options": {"num_cpus": 0, "resources": {m.HEAD_RESOURCE: 1}},
@@ -158,3 +163,23 @@ def test_app_import_path_builds_the_serve_app():
     assert type(app).__name__ == "Application"
     with pytest.raises(ValueError, match="spec"):
         builder({})
+
+
+def test_key_rotation_changes_only_the_ingress_user_config():
+    """Ray Serve restarts every replica when an app's code version (import path, args,
+    ...) changes; a new key must only change the ingress's user_config."""
+    pytest.importorskip("ray.serve")
+    from ray.serve._private.deploy_utils import get_app_code_version
+    from ray.serve.schema import ServeApplicationSchema
+
+    def app(keys):
+        cr = {**GPU_CR, "metadata": {**GPU_CR["metadata"], "uid": "u-1"}}
+        [only] = m.serve_config(desired_from_cr(cr, keys))["applications"]
+        return only
+
+    old, new = app(KEYS), app({"alice": "sk-alice-rotated"})
+    assert old["args"] == new["args"]
+    assert old["deployments"][:-1] == new["deployments"][:-1]  # the model deployments
+    assert old["deployments"][-1]["user_config"] != new["deployments"][-1]["user_config"]
+    version = [get_app_code_version(ServeApplicationSchema(**a)) for a in (old, new)]
+    assert version[0] == version[1]

@@ -44,7 +44,7 @@ def make_ready(cluster, ready_pods=1):
 def test_create_then_ready_then_idempotent(cluster):
     first = reconcile(cluster, cr(cluster), T0)
     kinds = [a.ref.kind for a in first.actions]
-    assert kinds == ["ConfigMap", "RayService", "Service", "Service"]  # API, admin
+    assert kinds == ["ConfigMap", "NetworkPolicy", "RayService", "Service", "Service"]
     assert conditions(cluster)["Progressing"] == ("True", "Applied")
     make_ready(cluster)
     second = reconcile(cluster, cr(cluster), T1)

@@ -1,0 +1,150 @@
+"""Admission to a model's queue: capacity, each tenant's fair share of it, the token
+reservation a request makes against its tenant's tokens_per_minute, and an admitted
+request's bookkeeping (AdmittedCall).
+
+Fair share (with two or more tenants): each tenant is guaranteed
+`max(1, server.max_queue_len // tenants)` requests per model. A tenant without its own
+`max_concurrent_requests` may go beyond its guarantee only while the model keeps room for
+every other tenant's unused guarantee; otherwise it gets 429 (code fair_share_exceeded).
+A lone busy tenant still fills every engine slot (max_num_seqs x max_replicas) and its
+share of the queue, and another tenant arriving is always admitted up to its guarantee.
+A tenant with its own max_concurrent_requests is bounded by that instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.trace import Span
+
+from agentserve.api.auth import Tenant
+from agentserve.api.errors import ModelNotFoundError, OverloadedError, RateLimitError
+from agentserve.api.quota import Lease
+from agentserve.engine.protocol import Delta
+
+__all__ = ["AdmittedCall", "QueueShares", "estimate_prompt_tokens", "token_reservation"]
+
+CHARS_PER_TOKEN = 4  # typical for English BPE vocabularies; settled to the real count
+
+
+@dataclass
+class AdmittedCall:
+    """One admitted request's timing and token bookkeeping; `close` runs exactly once."""
+
+    model: str
+    tenant: str
+    start: float
+    lease: Lease
+    first: float | None = None
+    last: float | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    finish_reason: str | None = None
+    span: Span | None = None
+    closed: bool = field(default=False)
+
+    def see(self, delta: Delta, now: float) -> None:
+        if self.first is None and (delta.text or delta.tool_calls or delta.finish_reason):
+            self.first = now
+        self.last = now
+        self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
+        self.output_tokens = max(self.output_tokens, delta.completion_tokens)
+        self.finish_reason = delta.finish_reason or self.finish_reason
+
+
+class QueueShares:
+    """Requests in flight per model and per (model, tenant); admit() or refuse."""
+
+    def __init__(self, capacity: Mapping[str, int], queue_len: int):
+        self.capacity = dict(capacity)
+        self.queue_len = queue_len
+        self.in_flight = dict.fromkeys(self.capacity, 0)
+        self._mine: dict[str, dict[str, int]] = {m: {} for m in self.capacity}
+        self._tenants: list[Tenant] = []
+
+    def set_tenants(self, tenants: Sequence[Tenant]) -> None:
+        """The tenants sharing the models (a key or quota rotation may change them)."""
+        self._tenants = list(tenants)
+
+    def guarantee(self, tenant: Tenant) -> int:
+        """Requests per model `tenant` is always admitted up to (while the model has room)."""
+        g = max(1, self.queue_len // max(1, len(self._tenants)))
+        own = tenant.rate_limit.max_concurrent_requests
+        return min(g, own) if own else g
+
+    def admit(self, model: str, tenant: Tenant) -> None:
+        """Count one request; ModelNotFoundError (404), OverloadedError (503, the model is
+        full) or RateLimitError (429, the tenant is past its fair share)."""
+        if model not in self.in_flight:
+            raise ModelNotFoundError(model, sorted(self.in_flight))
+        total, capacity = self.in_flight[model], self.capacity[model]
+        if total >= capacity:
+            raise OverloadedError(
+                f"model {model!r} has {total} requests queued or running; retry later"
+            )
+        mine = self._mine[model].get(tenant.name, 0)
+        if self._shared(tenant) and mine >= self.guarantee(tenant):
+            held = sum(
+                max(0, self.guarantee(u) - self._mine[model].get(u.name, 0))
+                for u in self._tenants
+                if u.name != tenant.name
+            )
+            if total + 1 + held > capacity:
+                raise RateLimitError(
+                    f"tenant {tenant.name!r} has {mine} requests queued or running on model "
+                    f"{model!r}, its fair share while other tenants may need the rest; "
+                    "retry later",
+                    code="fair_share_exceeded",
+                )
+        self.in_flight[model] = total + 1
+        self._mine[model][tenant.name] = mine + 1
+
+    def release(self, model: str, tenant: str) -> None:
+        self.in_flight[model] -= 1
+        left = self._mine[model].get(tenant, 0) - 1
+        if left > 0:
+            self._mine[model][tenant] = left
+        else:
+            self._mine[model].pop(tenant, None)
+
+    def _shared(self, tenant: Tenant) -> bool:
+        return len(self._tenants) > 1 and not tenant.rate_limit.max_concurrent_requests
+
+
+def estimate_prompt_tokens(kind: str, body: Any) -> int:
+    """A cheap estimate of the prompt's tokens (the ingress has no tokenizer): token-id
+    prompts exactly; text as max(characters / CHARS_PER_TOKEN, words), plus tools."""
+    if kind == "completion":  # one prompt (the ingress accepts no batches)
+        prompt = getattr(body, "prompt", None)
+        prompt = prompt[0] if isinstance(prompt, list) and prompt and not isinstance(
+            prompt[0], int) else prompt  # fmt: skip
+        return len(prompt) if isinstance(prompt, list) else _text_tokens(prompt or "")
+    total = 0
+    for message in getattr(body, "messages", None) or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            text = part.get("text") if isinstance(part, dict) else part
+            total += 1 + (_text_tokens(text) if isinstance(text, str) else 0)
+    for tool in getattr(body, "tools", None) or []:
+        total += _text_tokens(str(tool.model_dump() if hasattr(tool, "model_dump") else tool))
+    return total
+
+
+def _text_tokens(text: str) -> int:
+    words = text.count(" ") + text.count("\n") + 1 if text else 0
+    return max(math.ceil(len(text) / CHARS_PER_TOKEN), words)
+
+
+def token_reservation(kind: str, body: Any, context: int | None) -> int:
+    """Tokens to reserve at admission: prompt estimate + the output limit (max_tokens or
+    max_completion_tokens; without one, the rest of the context), at most the context.
+    (The ingress accepts n=1 only.)"""
+    prompt = estimate_prompt_tokens(kind, body)
+    limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
+    if limit is None:
+        limit = max(1, (context or prompt + 1) - prompt)
+    return min(prompt + limit, context) if context else prompt + limit

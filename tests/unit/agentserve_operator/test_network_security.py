@@ -1,0 +1,98 @@
+"""Who can reach what on a cluster: Ray token auth, the Ray pods' NetworkPolicy, pod
+security, no 0.0.0.0 dashboard, and namespaced RBAC with watchNamespaces."""
+
+from __future__ import annotations
+
+import pytest
+import test_helm
+from agentserve_operator import manifests as m
+from test_helm import CHART_DIR, HELM, render
+from test_manifests import by_kind, desired
+
+chart = test_helm.chart  # the fixture
+
+kv = pytest.importorskip("kubernetes_validate")
+
+
+def _cluster():
+    return by_kind()["RayService"]["spec"]["rayClusterConfig"]
+
+
+def test_ray_token_auth_and_no_wildcard_dashboard():
+    cluster = _cluster()
+    assert cluster["authOptions"] == {"mode": "token"}  # KubeRay makes the token Secret
+    head = cluster["headGroupSpec"]
+    host = head["rayStartParams"]["dashboard-host"]
+    assert host == "$AGENTSERVE_POD_IP" and "0.0.0.0" not in str(head["rayStartParams"])
+    env = head["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "AGENTSERVE_POD_IP",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in env  # fmt: skip
+    assert "RAY_AUTH_TOKEN" not in str(cluster)  # never in the manifests
+
+
+def test_ray_pods_run_with_seccomp_and_without_a_service_account_token():
+    cluster = _cluster()
+    groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    for group in groups:
+        pod = group["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        kv.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod},
+                    "1.30", strict=True)  # fmt: skip
+
+
+def test_network_policy_admits_the_api_everyone_and_ray_ports_only_to_ray_pods():
+    d = desired()
+    policy = by_kind(d)["NetworkPolicy"]
+    kv.validate(policy, "1.30", strict=True)
+    spec = policy["spec"]
+    ray_pods = {m.LABEL_DEPLOYMENT: d.name, m.LABEL_COMPONENT: "ray"}
+    assert spec["podSelector"] == {"matchLabels": ray_pods} and spec["policyTypes"] == ["Ingress"]
+    # every Ray pod carries the labels the policy selects
+    cluster = _cluster()
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        assert ray_pods.items() <= group["template"]["metadata"]["labels"].items()
+    api, admin, kuberay, internal = spec["ingress"]
+    assert api == {"ports": [{"protocol": "TCP", "port": d.spec.server.port}]}  # no `from`
+    assert {p["port"] for p in admin["ports"]} == {d.spec.server.metrics_port, 8080}
+    assert admin["from"] == [{"namespaceSelector": {}}]  # pods of the cluster only
+    assert {p["port"] for p in kuberay["ports"]} == {8265, 52365}
+    assert kuberay["from"][0]["podSelector"] == {"matchLabels": m.KUBERAY_OPERATOR}
+    assert internal == {"from": [{"podSelector": {"matchLabels": ray_pods}}]}
+    open_to_all = {p["port"] for rule in spec["ingress"] if "from" not in rule
+                   for p in rule["ports"]}  # fmt: skip
+    assert open_to_all == {d.spec.server.port}  # not 6379, 8265, 10001
+
+
+pytestmark_helm = pytest.mark.skipif(HELM is None, reason="helm not found")
+
+
+@pytestmark_helm
+def test_watch_namespaces_gives_namespaced_roles(chart):
+    values = CHART_DIR / "ci" / "default-values.yaml"
+    objs = render(chart, values, "--set", "operator.watchNamespaces={team-a,team-b}")
+    for obj in objs:
+        if obj["apiVersion"].startswith("rbac") or obj["kind"] == "NetworkPolicy":
+            kv.validate(obj, "1.30", strict=True)
+    roles = {(o["kind"], o["metadata"].get("namespace")) for o in objs if "Role" in o["kind"]}
+    assert roles == {("ClusterRole", None), ("ClusterRoleBinding", None),
+                     ("Role", "team-a"), ("RoleBinding", "team-a"),
+                     ("Role", "team-b"), ("RoleBinding", "team-b")}  # fmt: skip
+    [cluster_role] = [o for o in objs if o["kind"] == "ClusterRole"]
+    assert [r["resources"] for r in cluster_role["rules"]] == [["customresourcedefinitions"]]
+    [role, _] = [o for o in objs if o["kind"] == "Role"]
+    assert ["networkpolicies"] in [r["resources"] for r in role["rules"]]
+    everywhere = render(chart, values)  # no watchNamespaces: one ClusterRole, no Roles
+    assert not [o for o in everywhere if o["kind"] in ("Role", "RoleBinding")]
+    [wide] = [o for o in everywhere if o["kind"] == "ClusterRole"]
+    assert ["agentserves"] in [r["resources"] for r in wide["rules"]]
+
+
+@pytestmark_helm
+def test_chart_network_policy_for_the_operator(chart):
+    objs = render(chart, CHART_DIR / "ci" / "default-values.yaml")
+    [policy] = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    kv.validate(policy, "1.30", strict=True)
+    [rule] = policy["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {}}]
+    assert {p["port"] for p in rule["ports"]} == {9090, 8080}
