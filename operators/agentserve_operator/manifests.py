@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 import yaml
+from agentserve.placement import gpus_per_node, replica_placement
 from agentserve.spec import ModelSpec, TolerationSpec, to_yaml
 
 from agentserve_operator import resource as r
@@ -114,11 +115,7 @@ def serve_config(d: r.Desired) -> dict[str, Any]:
     deployments = [
         {
             "name": serve_deployment_name(m.name),
-            "ray_actor_options": {
-                "num_cpus": m.replicas.num_cpus,
-                "num_gpus": m.replicas.num_gpus,
-                "resources": {worker_group_name(m.name): 1},
-            },
+            **replica_placement(m, group_resource=worker_group_name(m.name)),
         }
         for m in d.spec.models
     ]
@@ -224,16 +221,19 @@ def toleration(t: TolerationSpec) -> dict[str, Any]:
 
 
 def worker_group(d: r.Desired, model: ModelSpec) -> dict[str, Any]:
-    """One KubeRay worker group per model: one Serve replica per pod, GPUs per replica.
+    """One KubeRay worker group per model: one Serve replica per nodes_per_replica pods,
+    each pod with num_gpus / nodes_per_replica GPUs (all of a TP x PP replica's GPUs).
 
     `replicas` is left out: Ray's autoscaler scales the RayCluster that KubeRay makes from
-    this template, between minReplicas and maxReplicas.
+    this template, between minReplicas and maxReplicas (pods: replicas x nodes).
     """
     group = worker_group_name(model.name)
+    nodes = model.replicas.nodes_per_replica
+    gpus = gpus_per_node(model)
     cpus = max(1, math.ceil(model.replicas.num_cpus))
     size: dict[str, str] = {"cpu": str(cpus), "memory": d.kube.worker_memory}
-    if model.replicas.num_gpus:
-        size[GPU] = str(model.replicas.num_gpus)
+    if gpus:
+        size[GPU] = str(gpus)
     container = _container(d, "ray-worker", {"requests": size, "limits": dict(size)})
     spec: dict[str, Any] = {}
     if model.replicas.node_selector:
@@ -242,11 +242,11 @@ def worker_group(d: r.Desired, model: ModelSpec) -> dict[str, Any]:
         spec["tolerations"] = [toleration(t) for t in model.replicas.tolerations]
     return {
         "groupName": group,
-        "minReplicas": model.replicas.min_replicas,
-        "maxReplicas": model.replicas.max_replicas,
+        "minReplicas": model.replicas.min_replicas * nodes,
+        "maxReplicas": model.replicas.max_replicas * nodes,
         "rayStartParams": {
             "num-cpus": str(cpus),
-            "num-gpus": str(model.replicas.num_gpus),
+            "num-gpus": str(gpus),
             "resources": "'" + json.dumps({group: 1}) + "'",
         },
         "template": _pod_template(d, container, {LABEL_MODEL: group}, **spec),

@@ -178,6 +178,14 @@ class ReplicaSpec(_Spec):
     graceful_shutdown_wait_loop_s: float = Field(
         1.0, gt=0, description="Seconds between a stopping replica's in-flight checks."
     )
+    nodes_per_replica: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Nodes (worker pods) one replica spans: 1 = all its num_gpus on one node; "
+        "more splits its pipeline stages over that many nodes of num_gpus / nodes_per_replica "
+        "GPUs each (pipeline_parallel_size must be a multiple of it).",
+    )
 
     @model_validator(mode="after")
     def _check_bounds(self) -> ReplicaSpec:
@@ -199,6 +207,17 @@ SPEC_OWNED_ENGINE_ARGS = {
     "speculative_config": "drafter",
     "async_scheduling": "async_scheduling",
     "disable_log_stats": "(always on: metrics and autoscaling read the engine's stats)",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "distributed_executor_backend": "tensor_parallel_size x pipeline_parallel_size (ray when > 1)",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "quantization": "quantization",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "revision": "revision",
+    "tokenizer_revision": "revision",
+    "download_dir": "(the Hugging Face cache: HF_HOME / AGENTSERVE_HF_HOME)",
 }
 """vLLM engine arguments that a ModelSpec field decides: `engine_args` may not set them."""
 
@@ -227,6 +246,43 @@ class ModelSpec(_Spec):
     max_num_seqs: int = Field(8, ge=1, description="Engine batch cap: sequences run at once.")
     async_scheduling: bool = Field(
         False, description="vLLM async scheduling: prepare batch N+1 while the device runs N."
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="GPUs each layer is split over (vLLM tensor parallelism)."
+    )
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Pipeline stages the layers are split into (vLLM pipeline parallelism). "
+        "A replica uses tensor_parallel_size x pipeline_parallel_size GPUs (replicas.num_gpus "
+        "must equal it when > 1): a Ray placement group of that many GPU bundles.",
+    )
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fraction of each GPU's memory vLLM may use (weights + KV cache); "
+        "null = vLLM's default (0.9).",
+    )
+    quantization: str | None = Field(
+        None,
+        max_length=64,
+        pattern=r"^[a-z0-9_-]+$",
+        description="vLLM quantization method (e.g. fp8, awq, gptq, mxfp4); null = what the "
+        "checkpoint's config says. Checked against the installed vLLM when an engine starts.",
+    )
+    kv_cache_dtype: Literal["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        "auto", description="KV cache element type; auto = the model dtype."
+    )
+    max_num_batched_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Most tokens one engine step processes (prefill chunk + decodes); "
+        "null = vLLM's default. At least max_num_seqs.",
+    )
+    enable_prefix_caching: bool = Field(
+        True, description="Reuse the KV cache of shared prompt prefixes (agent system prompts)."
     )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
@@ -279,6 +335,31 @@ class ModelSpec(_Spec):
             raise ValueError(
                 f"drafter.num_speculative_tokens ({drafter.num_speculative_tokens}) "
                 f"must be smaller than max_model_len ({self.max_model_len})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_parallelism(self) -> ModelSpec:
+        tp, pp, replicas = self.tensor_parallel_size, self.pipeline_parallel_size, self.replicas
+        world = tp * pp
+        if (world > 1 or replicas.num_gpus > 1) and replicas.num_gpus != world:
+            raise ValueError(
+                f"replicas.num_gpus ({replicas.num_gpus}) must equal tensor_parallel_size x "
+                f"pipeline_parallel_size ({tp} x {pp} = {world}): one GPU per vLLM worker"
+            )
+        nodes = replicas.nodes_per_replica
+        if nodes > 1 and replicas.num_gpus == 0:
+            raise ValueError("replicas.nodes_per_replica > 1 needs GPUs (replicas.num_gpus)")
+        if nodes > 1 and pp % nodes:
+            raise ValueError(
+                f"replicas.nodes_per_replica ({nodes}) must divide pipeline_parallel_size "
+                f"({pp}): each node holds whole pipeline stages of {tp} GPUs"
+            )
+        batched = self.max_num_batched_tokens
+        if batched is not None and batched < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({batched}) must be >= max_num_seqs "
+                f"({self.max_num_seqs}): every running sequence decodes each step"
             )
         return self
 
