@@ -153,7 +153,25 @@ def _volumes(d: r.Desired) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         claim = {"claimName": mv.claim_name, "readOnly": mv.read_only}
         volumes.append({"name": "models", "persistentVolumeClaim": claim})
         mounts.append({"name": "models", "mountPath": mv.mount_path, "readOnly": mv.read_only})
+    if d.kube.hub_cache is not None:
+        hc = d.kube.hub_cache
+        volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": hc.claim_name}})
+        mounts.append({"name": "hf-cache", "mountPath": hc.mount_path})
     return volumes, mounts
+
+
+def _env(d: r.Desired) -> list[dict[str, Any]]:
+    """Pod environment: the spec path and the Hugging Face hub settings (offline unless a
+    source is a Hugging Face id to download; HF_HOME on the cache volume; HF_TOKEN)."""
+    env: list[dict[str, Any]] = [{"name": "AGENTSERVE_SPEC", "value": f"{SPEC_MOUNT}/spec.yaml"}]
+    if d.kube.hub_offline or not r.hub_ids(d.spec):
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    if d.kube.hub_cache is not None:
+        env.append({"name": "HF_HOME", "value": d.kube.hub_cache.mount_path})
+    if d.kube.hf_token_secret:
+        ref = {"name": d.kube.hf_token_secret, "key": d.kube.hf_token_key}
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
+    return env
 
 
 def _container(d: r.Desired, name: str, resources: dict[str, Any]) -> dict[str, Any]:
@@ -162,10 +180,7 @@ def _container(d: r.Desired, name: str, resources: dict[str, Any]) -> dict[str, 
         "name": name,
         "image": d.kube.image,
         "imagePullPolicy": d.kube.image_pull_policy,
-        "env": [
-            {"name": "HF_HUB_OFFLINE", "value": "1"},
-            {"name": "AGENTSERVE_SPEC", "value": f"{SPEC_MOUNT}/spec.yaml"},
-        ],
+        "env": _env(d),
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": {

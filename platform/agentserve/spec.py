@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yaml.constructor import ConstructorError
 
-from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL
+from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
 
 __all__ = [
     "BUNDLED_MODEL",
@@ -61,7 +61,16 @@ class DrafterSpec(_Spec):
     enabled: bool = Field(False, description="Speculate with the drafter.")
     path: str | None = Field(
         None,
-        description="Local drafter directory; null = the drafter shipped for the bundled model.",
+        description="Drafter: a Hugging Face id (e.g. z-lab/Qwen3-8B-DFlash-b16, downloaded "
+        "once into the hub cache before the engine starts) or a local directory (absolute "
+        "or ./relative); null = the drafter shipped for the bundled model.",
+    )
+    revision: str | None = Field(
+        None,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]*$",
+        description="Hub revision (branch, tag or commit) of a Hugging Face id `path`; "
+        "null = main.",
     )
     method: Literal["dflash", "ngram", "suffix", "eagle3", "mtp"] = Field(
         "dflash",
@@ -96,8 +105,20 @@ class DrafterSpec(_Spec):
         "latency model.",
     )
 
+    @field_validator("path")
+    @classmethod
+    def _check_path(cls, path: str | None) -> str | None:
+        if path is None or is_local_path(path) or is_hub_id(path):
+            return path
+        raise ValueError(
+            f"{path!r} is neither a Hugging Face id (ORG/NAME) nor a local directory (an "
+            "absolute path or one starting with ./)"
+        )
+
     @model_validator(mode="after")
     def _check_schedule(self) -> DrafterSpec:
+        if self.revision is not None and (self.path is None or not is_hub_id(self.path)):
+            raise ValueError("drafter.revision: only a Hugging Face id `path` has revisions")
         if self.path is not None and self.method in DRAFTERLESS_METHODS:
             raise ValueError(f"drafter.path: method {self.method!r} uses no drafter model")
         if self.prompt_lookup_min > self.prompt_lookup_max:
@@ -233,8 +254,17 @@ class ModelSpec(_Spec):
     )
     source: str = Field(
         BUNDLED_MODEL,
-        description=f"{BUNDLED_MODEL} (alias: bundled) or a local Hugging Face format "
-        "directory (absolute or ./relative); never downloaded from the hub.",
+        description=f"{BUNDLED_MODEL} (alias: bundled), a Hugging Face id (e.g. "
+        "Qwen/Qwen3-8B: downloaded once into the hub cache, $HF_HOME, before the engine "
+        "starts; HF_TOKEN for gated repos; HF_HUB_OFFLINE=1 reads only the cache) or a local "
+        "Hugging Face format directory (absolute or ./relative).",
+    )
+    revision: str | None = Field(
+        None,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]*$",
+        description="Hub revision (branch, tag or commit) of a Hugging Face id `source`; "
+        "null = main. Pin a commit for reproducible deployments.",
     )
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
         "bfloat16", description="Weight and activation dtype."
@@ -309,16 +339,17 @@ class ModelSpec(_Spec):
     def _check_source(cls, source: str) -> str:
         if source.strip().lower() in BUNDLED_ALIASES:
             return BUNDLED_MODEL
-        if source.startswith(("/", "./", "../", "~")):
+        if is_local_path(source) or is_hub_id(source):
             return source
         raise ValueError(
-            f"{source!r} is neither the bundled model ({BUNDLED_MODEL!r}) nor a local "
-            "directory; agentserve never downloads from the hub: download the weights and give "
-            "their directory as an absolute path or one starting with ./"
+            f"{source!r} is neither the bundled model ({BUNDLED_MODEL!r}), a Hugging Face id "
+            "(ORG/NAME) nor a local directory (an absolute path or one starting with ./)"
         )
 
     @model_validator(mode="after")
     def _check_drafter(self) -> ModelSpec:
+        if self.revision is not None and not is_hub_id(self.source):
+            raise ValueError("revision: only a Hugging Face id `source` has revisions")
         drafter = self.drafter
         if drafter.enabled and drafter.path is None and drafter.method == "eagle3":
             raise ValueError("drafter.path is required: method eagle3 needs an EAGLE-3 drafter")

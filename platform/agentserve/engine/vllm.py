@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.drafters import shipped_drafter
+from agentserve.models import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
 
 __all__ = [
@@ -38,7 +39,16 @@ class DrafterMissingError(ValueError):
 
 
 def _drafter_dir(model: ModelSpec) -> Path:
+    """The drafter's local directory: a Hugging Face id is resolved (downloaded once into
+    the hub cache) here, so the checkpoint checks below always read real files."""
     drafter = model.drafter
+    if drafter.path and is_hub_id(drafter.path):
+        from agentserve.hub import resolve_hub
+
+        try:
+            return resolve_hub(drafter.path, drafter.revision)
+        except ModelNotFoundError as err:
+            raise DrafterMissingError(f"model {model.name!r}: drafter: {err}") from None
     path = Path(drafter.path).expanduser() if drafter.path else shipped_drafter(model.source)
     if path is None or not (path / "config.json").is_file():
         raise DrafterMissingError(

@@ -83,7 +83,9 @@ class VLLMEngine:
 
         _cpu_defaults()
         ensure_fixes_enabled()
-        model_dir = self._model_dir or resolve_model(self.spec.source, progress=True)
+        model_dir = self._model_dir or resolve_model(
+            self.spec.source, revision=self.spec.revision, progress=True
+        )
         engine_args = AsyncEngineArgs(**engine_kwargs(self.spec, model_dir, **self._overrides))
         self._client = AsyncLLM.from_engine_args(
             engine_args, stat_loggers=[vllm_stat_logger(self._by_batch)]
