@@ -86,7 +86,21 @@ SERVE_CONFIG_SCHEMA = _obj(
                     "deployments": {
                         "type": "array",
                         "items": _obj(
-                            {"name": {"type": "string"}, "ray_actor_options": {"type": "object"}},
+                            {
+                                "name": {"type": "string"},
+                                "ray_actor_options": {"type": "object"},
+                                "placement_group_bundles": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": {
+                                        "type": "object",
+                                        "additionalProperties": {"type": "number", "minimum": 0},
+                                    },
+                                },
+                                "placement_group_strategy": {
+                                    "enum": ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+                                },
+                            },
                             ["name"],
                         ),
                     },
