@@ -32,6 +32,7 @@ from agentserve.engine.protocol import (
 from agentserve.engine.spec_by_batch import SpecByBatch, vllm_stat_logger
 from agentserve.engine.vllm import engine_kwargs, frontend_kwargs, spec_decode_counters
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
+from agentserve.engine.vllm_paths import check_vllm_paths
 from agentserve.spec import ModelSpec
 
 __all__ = ["VLLMEngine", "continuation_body", "deltas_from_sse", "request_error_from_vllm"]
@@ -73,6 +74,7 @@ class VLLMEngine:
 
     async def start(self) -> None:
         """Load the model and start AsyncLLM (minutes on CPU: torch.compile warm-up)."""
+        check_vllm_paths()  # an unsupported vLLM release: one clear error, not an ImportError
         from starlette.datastructures import State
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
