@@ -13,14 +13,16 @@ __all__ = ["write_snapshot"]
 
 
 def write_snapshot(
-    cache: Path, repo_id: str, files: dict[str, str | dict], *, branch: str = "main"
+    cache: Path, repo_id: str, files: dict[str, str | bytes | dict], *, branch: str = "main"
 ) -> Path:
-    """Cache `files` (name -> text, or a dict written as JSON) as `repo_id`'s snapshot at
-    `branch`; the commit hash is derived from the content. Returns the snapshot dir."""
+    """Cache `files` (name -> text, bytes, or a dict written as JSON) as `repo_id`'s
+    snapshot at `branch`; the commit hash is derived from the content. Returns its dir."""
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     blobs = {}
     for name, content in files.items():
-        data = (json.dumps(content) if isinstance(content, dict) else content).encode()
+        if isinstance(content, dict):
+            content = json.dumps(content)
+        data = content if isinstance(content, bytes) else content.encode()
         blobs[name] = hashlib.sha256(data).hexdigest()
         (repo / "blobs").mkdir(parents=True, exist_ok=True)
         (repo / "blobs" / blobs[name]).write_bytes(data)
