@@ -51,6 +51,17 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _revision_field(of: str) -> Any:
+    """The optional Hub revision of a Hugging Face id in field `of`."""
+    return Field(
+        None,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]*$",
+        description=f"Hub revision (branch, tag or commit) of a Hugging Face id `{of}`; "
+        "null = main. Pin a commit for reproducible deployments.",
+    )
+
+
 DRAFTERLESS_METHODS = ("ngram", "suffix", "mtp")
 """Speculative methods that draft without a separate drafter model."""
 
@@ -65,13 +76,7 @@ class DrafterSpec(_Spec):
         "once into the hub cache before the engine starts) or a local directory (absolute "
         "or ./relative); null = the drafter shipped for the bundled model.",
     )
-    revision: str | None = Field(
-        None,
-        max_length=255,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]*$",
-        description="Hub revision (branch, tag or commit) of a Hugging Face id `path`; "
-        "null = main.",
-    )
+    revision: str | None = _revision_field("path")
     method: Literal["dflash", "ngram", "suffix", "eagle3", "mtp"] = Field(
         "dflash",
         description="vLLM speculative method: dflash (block-diffusion drafter; `path`, or the "
@@ -259,13 +264,7 @@ class ModelSpec(_Spec):
         "starts; HF_TOKEN for gated repos; HF_HUB_OFFLINE=1 reads only the cache) or a local "
         "Hugging Face format directory (absolute or ./relative).",
     )
-    revision: str | None = Field(
-        None,
-        max_length=255,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]*$",
-        description="Hub revision (branch, tag or commit) of a Hugging Face id `source`; "
-        "null = main. Pin a commit for reproducible deployments.",
-    )
+    revision: str | None = _revision_field("source")
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
         "bfloat16", description="Weight and activation dtype."
     )

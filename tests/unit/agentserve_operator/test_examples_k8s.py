@@ -131,6 +131,7 @@ EXPECTED = {
 @pytest.mark.parametrize("example", sorted(EXPECTED))
 def test_example_renders_validates_and_deploys(chart, example):  # noqa: F811
     case = EXPECTED[example]
+    helm("lint", "--strict", str(chart), "-f", str(EXAMPLES[example]))
     objs = _render(chart, example)
     for obj in objs:
         if not obj["apiVersion"].startswith(("agentserve.dev", "monitoring.coreos.com")):
