@@ -23,6 +23,8 @@ it is excluded. Keep in step with pyproject.toml's `gpu` extra and docker/Docker
 REQUIRED: dict[str, tuple[str, ...]] = {
     "vllm.engine.arg_utils": ("AsyncEngineArgs",),
     "vllm.v1.engine.async_llm": ("AsyncLLM",),
+    "vllm.usage.usage_lib": ("UsageContext",),
+    "vllm.platforms": ("current_platform",),
     "vllm.v1.metrics.loggers": ("StatLoggerBase",),
     "vllm.v1.metrics.reader": ("get_metrics_snapshot",),
     "vllm.entrypoints.launchers.api_server.app_state": ("init_app_state",),
