@@ -87,10 +87,11 @@ class VLLMEngine:
 
         _cpu_defaults()
         ensure_fixes_enabled()
-        model_dir = self._model_dir or resolve_model(
-            self.spec.source, revision=self.spec.revision, progress=True
+        # off the event loop: a first start may download a model and its drafter for hours
+        model_dir = self._model_dir or await asyncio.to_thread(
+            resolve_model, self.spec.source, revision=self.spec.revision, progress=True
         )
-        kwargs = engine_kwargs(self.spec, model_dir, **self._overrides)
+        kwargs = await asyncio.to_thread(engine_kwargs, self.spec, model_dir, **self._overrides)
         engine_args = AsyncEngineArgs(**kwargs)
         loggers = [vllm_stat_logger(self._by_batch)]
         if needs_placement_group(kwargs):  # TP x PP > 1: workers in the replica's bundles
