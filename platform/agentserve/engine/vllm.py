@@ -46,13 +46,16 @@ def _drafter_dir(model: ModelSpec) -> Path:
         from agentserve.hub import resolve_hub
 
         try:
-            return resolve_hub(drafter.path, drafter.revision)
+            path: Path | None = resolve_hub(drafter.path, drafter.revision)
         except ModelNotFoundError as err:
             raise DrafterMissingError(f"model {model.name!r}: drafter: {err}") from None
-    path = Path(drafter.path).expanduser() if drafter.path else shipped_drafter(model.source)
+    elif drafter.path:
+        path = Path(drafter.path).expanduser()
+    else:
+        path = shipped_drafter(model.source)
     if path is None or not (path / "config.json").is_file():
         raise DrafterMissingError(
-            f"model {model.name!r}: drafter directory {path or '(shipped)'} not found; "
+            f"model {model.name!r}: drafter directory {path or '(shipped)'} not found or without config.json; "
             "train one with `agentserve train-drafter` or set drafter.path"
         )
     return path
@@ -104,6 +107,8 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
 
 def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> dict[str, Any]:
     """Keyword arguments for vllm.LLM / AsyncEngineArgs from one ModelSpec."""
+    check_quantization(model.quantization, where=f"model {model.name!r}")
+    check_engine_args(model.engine_args, where=f"model {model.name!r}")  # before downloads
     kwargs: dict[str, Any] = {
         "model": str(model_dir),
         "served_model_name": [model.name],  # a list, as vLLM's CLI parser makes it
@@ -125,8 +130,6 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         "max_num_batched_tokens": model.max_num_batched_tokens,
     }
     kwargs.update({k: v for k, v in optional.items() if v is not None})
-    check_quantization(model.quantization, where=f"model {model.name!r}")
-    check_engine_args(model.engine_args, where=f"model {model.name!r}")
     kwargs.update(model.engine_args)
     kwargs.update(overrides)
     return kwargs

@@ -109,6 +109,14 @@ def test_missing_hub_drafter_offline_names_the_id(hub):
         speculative_config(spec_from_dict({"models": [model]}).models[0])
 
 
+def test_hub_drafter_without_a_config_is_named(hub):
+    write_snapshot(hub, "z-lab/empty", {"README.md": "no weights"})
+    model = {"name": "q", "source": "Qwen/Qwen3-8B",
+             "drafter": {"enabled": True, "path": "z-lab/empty"}}  # fmt: skip
+    with pytest.raises(DrafterMissingError, match=r"drafter directory .*models--z-lab--empty"):
+        speculative_config(spec_from_dict({"models": [model]}).models[0])
+
+
 @pytest.mark.parametrize(
     ("model", "message"),
     [
