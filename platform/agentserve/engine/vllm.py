@@ -55,8 +55,8 @@ def _drafter_dir(model: ModelSpec) -> Path:
         path = shipped_drafter(model.source)
     if path is None or not (path / "config.json").is_file():
         raise DrafterMissingError(
-            f"model {model.name!r}: drafter directory {path or '(shipped)'} not found or without config.json; "
-            "train one with `agentserve train-drafter` or set drafter.path"
+            f"model {model.name!r}: drafter directory {path or '(shipped)'} not found or "
+            "without config.json; train one with `agentserve train-drafter` or set drafter.path"
         )
     return path
 
