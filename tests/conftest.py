@@ -8,6 +8,20 @@ import pytest
 from up_server import UpServer
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `gpu` skip, with the reason, where no CUDA GPU is visible."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
 @pytest.fixture(scope="module")
 def start_up(tmp_path_factory) -> Iterator[Callable[..., UpServer]]:
     """start_up(*args, ready_timeout_s=...) -> a ready UpServer; all are stopped at the end."""

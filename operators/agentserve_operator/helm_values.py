@@ -100,6 +100,28 @@ def _api_keys() -> dict[str, Any]:
     )  # fmt: skip
 
 
+def _hub() -> dict[str, Any]:
+    return {
+        "hubCache": _obj(
+            {"create": _bool("Create the PersistentVolumeClaim (kept on uninstall)."),
+             "existingClaim": _str("Use this existing claim instead."),
+             "size": {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(Mi|Gi|Ti|M|G|T)$",
+                      "description": "Requested storage."},
+             "accessModes": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": [
+                 "ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]},
+                 "description": "PVC access modes (ReadWriteMany to share across nodes)."},
+             "storageClassName": _str("Storage class; empty = the cluster default."),
+             "mountPath": {"type": "string", "pattern": "^/", "description": "HF_HOME in pods."}},
+            "Hugging Face cache (HF_HOME) for Hugging Face id sources of the first AgentServe.",
+        ),
+        "hfToken": _obj(
+            {"secretName": _str("Secret with a Hugging Face token; empty = none."),
+             "key": _str("Key of the token in that Secret.")},
+            "Hugging Face token (HF_TOKEN) for gated or private repositories.",
+        ),
+    }  # fmt: skip
+
+
 def _addons() -> dict[str, Any]:
     return {
         "kuberay": _obj(
@@ -163,6 +185,7 @@ def values_schema() -> dict[str, Any]:
             "model": model,
             "agentServe": _first_resource(),
             "apiKeys": _api_keys(),
+            **_hub(),
             **_addons(),
         },
     }  # fmt: skip

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 import yaml
+from agentserve.placement import gpus_per_node, replica_placement
 from agentserve.spec import ModelSpec, TolerationSpec, to_yaml
 from agentserve.tenant_config import app_args, ingress_user_config
 
@@ -121,11 +122,7 @@ def serve_config(d: r.Desired) -> dict[str, Any]:
     deployments = [
         {
             "name": serve_deployment_name(m.name),
-            "ray_actor_options": {
-                "num_cpus": m.replicas.num_cpus,
-                "num_gpus": m.replicas.num_gpus,
-                "resources": {worker_group_name(m.name): 1},
-            },
+            **replica_placement(m, group_resource=worker_group_name(m.name)),
         }
         for m in d.spec.models
     ]
@@ -170,7 +167,25 @@ def _volumes(d: r.Desired) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         claim = {"claimName": mv.claim_name, "readOnly": mv.read_only}
         volumes.append({"name": "models", "persistentVolumeClaim": claim})
         mounts.append({"name": "models", "mountPath": mv.mount_path, "readOnly": mv.read_only})
+    if d.kube.hub_cache is not None:
+        hc = d.kube.hub_cache
+        volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": hc.claim_name}})
+        mounts.append({"name": "hf-cache", "mountPath": hc.mount_path})
     return volumes, mounts
+
+
+def _env(d: r.Desired) -> list[dict[str, Any]]:
+    """Pod environment: the spec path and the Hugging Face hub settings (offline unless a
+    source is a Hugging Face id to download; HF_HOME on the cache volume; HF_TOKEN)."""
+    env: list[dict[str, Any]] = [{"name": "AGENTSERVE_SPEC", "value": f"{SPEC_MOUNT}/spec.yaml"}]
+    if d.kube.hub_offline or not r.hub_ids(d.spec):
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    if d.kube.hub_cache is not None:
+        env.append({"name": "HF_HOME", "value": d.kube.hub_cache.mount_path})
+    if d.kube.hf_token_secret:
+        ref = {"name": d.kube.hf_token_secret, "key": d.kube.hf_token_key}
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
+    return env
 
 
 def _container(d: r.Desired, name: str, resources: dict[str, Any]) -> dict[str, Any]:
@@ -179,10 +194,7 @@ def _container(d: r.Desired, name: str, resources: dict[str, Any]) -> dict[str, 
         "name": name,
         "image": d.kube.image,
         "imagePullPolicy": d.kube.image_pull_policy,
-        "env": [
-            {"name": "HF_HUB_OFFLINE", "value": "1"},
-            {"name": "AGENTSERVE_SPEC", "value": f"{SPEC_MOUNT}/spec.yaml"},
-        ],
+        "env": _env(d),
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": {
@@ -250,16 +262,19 @@ def toleration(t: TolerationSpec) -> dict[str, Any]:
 
 
 def worker_group(d: r.Desired, model: ModelSpec) -> dict[str, Any]:
-    """One KubeRay worker group per model: one Serve replica per pod, GPUs per replica.
+    """One KubeRay worker group per model: one Serve replica per nodes_per_replica pods,
+    each pod with num_gpus / nodes_per_replica GPUs (all of a TP x PP replica's GPUs).
 
     `replicas` is left out: Ray's autoscaler scales the RayCluster that KubeRay makes from
-    this template, between minReplicas and maxReplicas.
+    this template, between minReplicas and maxReplicas (pods: replicas x nodes).
     """
     group = worker_group_name(model.name)
+    nodes = model.replicas.nodes_per_replica
+    gpus = gpus_per_node(model)
     cpus = max(1, math.ceil(model.replicas.num_cpus))
     size: dict[str, str] = {"cpu": str(cpus), "memory": d.kube.worker_memory}
-    if model.replicas.num_gpus:
-        size[GPU] = str(model.replicas.num_gpus)
+    if gpus:
+        size[GPU] = str(gpus)
     container = _container(d, "ray-worker", {"requests": size, "limits": dict(size)})
     spec: dict[str, Any] = {}
     if model.replicas.node_selector:
@@ -268,11 +283,11 @@ def worker_group(d: r.Desired, model: ModelSpec) -> dict[str, Any]:
         spec["tolerations"] = [toleration(t) for t in model.replicas.tolerations]
     return {
         "groupName": group,
-        "minReplicas": model.replicas.min_replicas,
-        "maxReplicas": model.replicas.max_replicas,
+        "minReplicas": model.replicas.min_replicas * nodes,
+        "maxReplicas": model.replicas.max_replicas * nodes,
         "rayStartParams": {
             "num-cpus": str(cpus),
-            "num-gpus": str(model.replicas.num_gpus),
+            "num-gpus": str(gpus),
             "resources": "'" + json.dumps({group: 1}) + "'",
         },
         "template": _pod_template(d, container, {LABEL_MODEL: group}, **spec),

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentserve.models import is_hub_id
 from agentserve.spec import DeploymentSpec, SpecError, hash_api_key, spec_from_dict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["Desired", "InvalidResource", "KubernetesSpec", "desired_from_cr"]
+__all__ = ["Desired", "InvalidResource", "KubernetesSpec", "desired_from_cr", "hub_ids"]
 
 GROUP = "agentserve.dev"
 VERSION = "v1alpha1"
@@ -47,6 +48,16 @@ class ModelVolumeSpec(_K8s):
     read_only: bool = Field(True, description="Mount read-only.")
 
 
+class HubCacheSpec(_K8s):
+    """A PersistentVolumeClaim holding the Hugging Face cache (HF_HOME) of every Ray pod:
+    Hugging Face id sources are downloaded into it once and shared by all replicas."""
+
+    claim_name: str = Field(max_length=253, description="PersistentVolumeClaim name.")
+    mount_path: str = Field(
+        "/hf-cache", pattern=r"^/", description="Absolute mount path; HF_HOME is set to it."
+    )
+
+
 class KubernetesSpec(_K8s):
     """Cluster-side settings of one AgentServe (not part of DeploymentSpec)."""
 
@@ -64,6 +75,25 @@ class KubernetesSpec(_K8s):
         "fills tenants' api_key_sha256.",
     )
     model_volume: ModelVolumeSpec | None = Field(None, description="Volume with model weights.")
+    hub_cache: HubCacheSpec | None = Field(
+        None,
+        description="Volume with the Hugging Face cache for Hugging Face id sources; null = "
+        "each pod downloads into its own container file system.",
+    )
+    hf_token_secret: str | None = Field(
+        None,
+        max_length=253,
+        description="Secret in the same namespace with a Hugging Face token (key "
+        "hf_token_key), passed to the pods as HF_TOKEN, for gated or private repositories.",
+    )
+    hf_token_key: str = Field(
+        "HF_TOKEN", min_length=1, max_length=253, description="Key of the token in that Secret."
+    )
+    hub_offline: bool = Field(
+        False,
+        description="Never download (HF_HUB_OFFLINE=1): Hugging Face id sources must already "
+        "be in hub_cache. Always on when no source is a Hugging Face id.",
+    )
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         "ClusterIP", description="Type of the OpenAI endpoint Service."
     )
@@ -119,6 +149,12 @@ def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None) -> D
         spec = spec_from_dict(raw, source=f"AgentServe {meta.get('name')}")
     except SpecError as err:
         raise InvalidResource(str(err), err.errors) from None
+    if kube.hub_offline and kube.hub_cache is None and hub_ids(spec):
+        raise InvalidResource(
+            "invalid AgentServe: kubernetes.hub_offline: the Hugging Face ids "
+            f"{', '.join(hub_ids(spec))} can only be read from a cache: set kubernetes.hub_cache",
+            [("kubernetes.hub_cache", "required by hub_offline with Hugging Face id sources")],
+        )
     return Desired(
         name=meta["name"],
         namespace=meta.get("namespace", "default"),
@@ -127,6 +163,13 @@ def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None) -> D
         spec=spec,
         kube=kube,
     )
+
+
+def hub_ids(spec: DeploymentSpec) -> list[str]:
+    """The Hugging Face ids among the spec's model sources and drafter paths."""
+    ids = [m.source for m in spec.models if is_hub_id(m.source)]
+    ids += [m.drafter.path for m in spec.models if m.drafter.path and is_hub_id(m.drafter.path)]
+    return ids
 
 
 def _kube_spec(raw: dict[str, Any]) -> KubernetesSpec:

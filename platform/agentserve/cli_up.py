@@ -211,7 +211,7 @@ def prepare_models(spec: DeploymentSpec, console: Console) -> None:
             model=model.name,
             source=model.source,
         )
-        path = resolve_model(model.source, progress=not console.plain)
+        path = resolve_model(model.source, revision=model.revision, progress=not console.plain)
         console.event("model_ready", f"  weights: {path}", model=model.name, path=str(path))
 
 

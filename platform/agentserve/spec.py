@@ -23,7 +23,7 @@ from pydantic import (
 )
 from yaml.constructor import ConstructorError
 
-from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL
+from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
 
 __all__ = [
     "BUNDLED_MODEL",
@@ -62,6 +62,17 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _revision_field(of: str) -> Any:
+    """The optional Hub revision of a Hugging Face id in field `of`."""
+    return Field(
+        None,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]*$",
+        description=f"Hub revision (branch, tag or commit) of a Hugging Face id `{of}`; "
+        "null = main. Pin a commit for reproducible deployments.",
+    )
+
+
 DRAFTERLESS_METHODS = ("ngram", "suffix", "mtp")
 """Speculative methods that draft without a separate drafter model."""
 
@@ -72,8 +83,11 @@ class DrafterSpec(_Spec):
     enabled: bool = Field(False, description="Speculate with the drafter.")
     path: str | None = Field(
         None,
-        description="Local drafter directory; null = the drafter shipped for the bundled model.",
+        description="Drafter: a Hugging Face id (e.g. z-lab/Qwen3-8B-DFlash-b16, downloaded "
+        "once into the hub cache before the engine starts) or a local directory (absolute "
+        "or ./relative); null = the drafter shipped for the bundled model.",
     )
+    revision: str | None = _revision_field("path")
     method: Literal["dflash", "ngram", "suffix", "eagle3", "mtp"] = Field(
         "dflash",
         description="vLLM speculative method: dflash (block-diffusion drafter; `path`, or the "
@@ -107,8 +121,20 @@ class DrafterSpec(_Spec):
         "latency model.",
     )
 
+    @field_validator("path")
+    @classmethod
+    def _check_path(cls, path: str | None) -> str | None:
+        if path is None or is_local_path(path) or is_hub_id(path):
+            return path
+        raise ValueError(
+            f"{path!r} is neither a Hugging Face id (ORG/NAME) nor a local directory (an "
+            "absolute path or one starting with ./)"
+        )
+
     @model_validator(mode="after")
     def _check_schedule(self) -> DrafterSpec:
+        if self.revision is not None and (self.path is None or not is_hub_id(self.path)):
+            raise ValueError("drafter.revision: only a Hugging Face id `path` has revisions")
         if self.path is not None and self.method in DRAFTERLESS_METHODS:
             raise ValueError(f"drafter.path: method {self.method!r} uses no drafter model")
         if self.prompt_lookup_min > self.prompt_lookup_max:
@@ -189,6 +215,14 @@ class ReplicaSpec(_Spec):
     graceful_shutdown_wait_loop_s: float = Field(
         1.0, gt=0, description="Seconds between a stopping replica's in-flight checks."
     )
+    nodes_per_replica: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Nodes (worker pods) one replica spans: 1 = all its num_gpus on one node; "
+        "more splits its pipeline stages over that many nodes of num_gpus / nodes_per_replica "
+        "GPUs each (pipeline_parallel_size must be a multiple of it).",
+    )
 
     @model_validator(mode="after")
     def _check_bounds(self) -> ReplicaSpec:
@@ -210,6 +244,17 @@ SPEC_OWNED_ENGINE_ARGS = {
     "speculative_config": "drafter",
     "async_scheduling": "async_scheduling",
     "disable_log_stats": "(always on: metrics and autoscaling read the engine's stats)",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "distributed_executor_backend": "tensor_parallel_size x pipeline_parallel_size (ray when > 1)",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "quantization": "quantization",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "revision": "revision",
+    "tokenizer_revision": "revision",
+    "download_dir": "(the Hugging Face cache: HF_HOME / AGENTSERVE_HF_HOME)",
 }
 """vLLM engine arguments that a ModelSpec field decides: `engine_args` may not set them."""
 
@@ -225,9 +270,12 @@ class ModelSpec(_Spec):
     )
     source: str = Field(
         BUNDLED_MODEL,
-        description=f"{BUNDLED_MODEL} (alias: bundled) or a local Hugging Face format "
-        "directory (absolute or ./relative); never downloaded from the hub.",
+        description=f"{BUNDLED_MODEL} (alias: bundled), a Hugging Face id (e.g. "
+        "Qwen/Qwen3-8B: downloaded once into the hub cache, $HF_HOME, before the engine "
+        "starts; HF_TOKEN for gated repos; HF_HUB_OFFLINE=1 reads only the cache) or a local "
+        "Hugging Face format directory (absolute or ./relative).",
     )
+    revision: str | None = _revision_field("source")
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
         "bfloat16", description="Weight and activation dtype."
     )
@@ -238,6 +286,43 @@ class ModelSpec(_Spec):
     max_num_seqs: int = Field(8, ge=1, description="Engine batch cap: sequences run at once.")
     async_scheduling: bool = Field(
         False, description="vLLM async scheduling: prepare batch N+1 while the device runs N."
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="GPUs each layer is split over (vLLM tensor parallelism)."
+    )
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Pipeline stages the layers are split into (vLLM pipeline parallelism). "
+        "A replica uses tensor_parallel_size x pipeline_parallel_size GPUs (replicas.num_gpus "
+        "must equal it when > 1): a Ray placement group of that many GPU bundles.",
+    )
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fraction of each GPU's memory vLLM may use (weights + KV cache); "
+        "null = vLLM's default (0.9).",
+    )
+    quantization: str | None = Field(
+        None,
+        max_length=64,
+        pattern=r"^[a-z0-9_-]+$",
+        description="vLLM quantization method (e.g. fp8, awq, gptq, mxfp4); null = what the "
+        "checkpoint's config says. Checked against the installed vLLM when an engine starts.",
+    )
+    kv_cache_dtype: Literal["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        "auto", description="KV cache element type; auto = the model dtype."
+    )
+    max_num_batched_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Most tokens one engine step processes (prefill chunk + decodes); "
+        "null = vLLM's default. At least max_num_seqs.",
+    )
+    enable_prefix_caching: bool = Field(
+        True, description="Reuse the KV cache of shared prompt prefixes (agent system prompts)."
     )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
@@ -264,16 +349,17 @@ class ModelSpec(_Spec):
     def _check_source(cls, source: str) -> str:
         if source.strip().lower() in BUNDLED_ALIASES:
             return BUNDLED_MODEL
-        if source.startswith(("/", "./", "../", "~")):
+        if is_local_path(source) or is_hub_id(source):
             return source
         raise ValueError(
-            f"{source!r} is neither the bundled model ({BUNDLED_MODEL!r}) nor a local "
-            "directory; agentserve never downloads from the hub: download the weights and give "
-            "their directory as an absolute path or one starting with ./"
+            f"{source!r} is neither the bundled model ({BUNDLED_MODEL!r}), a Hugging Face id "
+            "(ORG/NAME) nor a local directory (an absolute path or one starting with ./)"
         )
 
     @model_validator(mode="after")
     def _check_drafter(self) -> ModelSpec:
+        if self.revision is not None and not is_hub_id(self.source):
+            raise ValueError("revision: only a Hugging Face id `source` has revisions")
         drafter = self.drafter
         if drafter.enabled and drafter.path is None and drafter.method == "eagle3":
             raise ValueError("drafter.path is required: method eagle3 needs an EAGLE-3 drafter")
@@ -290,6 +376,31 @@ class ModelSpec(_Spec):
             raise ValueError(
                 f"drafter.num_speculative_tokens ({drafter.num_speculative_tokens}) "
                 f"must be smaller than max_model_len ({self.max_model_len})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_parallelism(self) -> ModelSpec:
+        tp, pp, replicas = self.tensor_parallel_size, self.pipeline_parallel_size, self.replicas
+        world = tp * pp
+        if (world > 1 or replicas.num_gpus > 1) and replicas.num_gpus != world:
+            raise ValueError(
+                f"replicas.num_gpus ({replicas.num_gpus}) must equal tensor_parallel_size x "
+                f"pipeline_parallel_size ({tp} x {pp} = {world}): one GPU per vLLM worker"
+            )
+        nodes = replicas.nodes_per_replica
+        if nodes > 1 and replicas.num_gpus == 0:
+            raise ValueError("replicas.nodes_per_replica > 1 needs GPUs (replicas.num_gpus)")
+        if nodes > 1 and pp % nodes:
+            raise ValueError(
+                f"replicas.nodes_per_replica ({nodes}) must divide pipeline_parallel_size "
+                f"({pp}): each node holds whole pipeline stages of {tp} GPUs"
+            )
+        batched = self.max_num_batched_tokens
+        if batched is not None and batched < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({batched}) must be >= max_num_seqs "
+                f"({self.max_num_seqs}): every running sequence decodes each step"
             )
         return self
 

@@ -66,6 +66,14 @@ Secret and the serving image filled in where the spec leaves them out. */}}
 {{- $_ := set $kube "image" (include "agentserve.servingImage" .) }}
 {{- $_ := set $kube "image_pull_policy" .Values.servingImage.pullPolicy }}
 {{- end }}
+{{- $claim := include "agentserve.hubCacheClaim" . }}
+{{- if and $claim (not $kube.hub_cache) }}
+{{- $_ := set $kube "hub_cache" (dict "claim_name" $claim "mount_path" .Values.hubCache.mountPath) }}
+{{- end }}
+{{- if and .Values.hfToken.secretName (not $kube.hf_token_secret) }}
+{{- $_ := set $kube "hf_token_secret" .Values.hfToken.secretName }}
+{{- $_ := set $kube "hf_token_key" .Values.hfToken.key }}
+{{- end }}
 {{- $_ := set $spec "kubernetes" $kube }}
 {{- toYaml $spec }}
 {{- end }}
@@ -107,4 +115,13 @@ Secret and the serving image filled in where the spec leaves them out. */}}
   - apiGroups: [monitoring.coreos.com]
     resources: [servicemonitors]
     verbs: [get, create, patch, delete]
+{{- end }}
+
+{{/* The Hugging Face cache claim of the first AgentServe: existing, created, or empty. */}}
+{{- define "agentserve.hubCacheClaim" -}}
+{{- if .Values.hubCache.existingClaim }}
+{{- .Values.hubCache.existingClaim }}
+{{- else if .Values.hubCache.create }}
+{{- printf "%s-hf-cache" (include "agentserve.fullname" .) }}
+{{- end }}
 {{- end }}

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.drafters import shipped_drafter
+from agentserve.models import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
 
 __all__ = [
     "DrafterMissingError",
     "check_engine_args",
+    "check_quantization",
     "engine_kwargs",
     "frontend_kwargs",
     "shutdown_offline",
@@ -44,12 +46,24 @@ class DrafterMissingError(ValueError):
 
 
 def _drafter_dir(model: ModelSpec) -> Path:
+    """The drafter's local directory: a Hugging Face id is resolved (downloaded once into
+    the hub cache) here, so the checkpoint checks below always read real files."""
     drafter = model.drafter
-    path = Path(drafter.path).expanduser() if drafter.path else shipped_drafter(model.source)
+    if drafter.path and is_hub_id(drafter.path):
+        from agentserve.hub import resolve_hub
+
+        try:
+            path: Path | None = resolve_hub(drafter.path, drafter.revision)
+        except ModelNotFoundError as err:
+            raise DrafterMissingError(f"model {model.name!r}: drafter: {err}") from None
+    elif drafter.path:
+        path = Path(drafter.path).expanduser()
+    else:
+        path = shipped_drafter(model.source)
     if path is None or not (path / "config.json").is_file():
         raise DrafterMissingError(
-            f"model {model.name!r}: drafter directory {path or '(shipped)'} not found; "
-            "train one with `agentserve train-drafter` or set drafter.path"
+            f"model {model.name!r}: drafter directory {path or '(shipped)'} not found or "
+            "without config.json; train one with `agentserve train-drafter` or set drafter.path"
         )
     return path
 
@@ -100,23 +114,60 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
 
 def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> dict[str, Any]:
     """Keyword arguments for vllm.LLM / AsyncEngineArgs from one ModelSpec."""
+    check_quantization(model.quantization, where=f"model {model.name!r}")
+    check_engine_args(model.engine_args, where=f"model {model.name!r}")  # before downloads
     kwargs: dict[str, Any] = {
         "model": str(model_dir),
         "served_model_name": [model.name],  # a list, as vLLM's CLI parser makes it
         "dtype": model.dtype,
         "max_model_len": model.max_model_len,
         "max_num_seqs": model.max_num_seqs,
-        "enable_prefix_caching": True,
+        "enable_prefix_caching": model.enable_prefix_caching,
         "speculative_config": speculative_config(model),
         "disable_log_stats": False,  # spec-decode and latency counters feed metrics/autoscaling
         "allowed_media_domains": list(NO_REMOTE_MEDIA),
+        **parallel_kwargs(model),
     }
     if model.async_scheduling:
         kwargs["async_scheduling"] = True
-    check_engine_args(model.engine_args, where=f"model {model.name!r}")
+    if model.kv_cache_dtype != "auto":
+        kwargs["kv_cache_dtype"] = model.kv_cache_dtype
+    optional = {
+        "gpu_memory_utilization": model.gpu_memory_utilization,
+        "quantization": model.quantization,
+        "max_num_batched_tokens": model.max_num_batched_tokens,
+    }
+    kwargs.update({k: v for k, v in optional.items() if v is not None})
     kwargs.update(model.engine_args)
     kwargs.update(overrides)
     return kwargs
+
+
+def parallel_kwargs(model: ModelSpec) -> dict[str, Any]:
+    """TP and PP sizes; with more than one worker, vLLM's Ray executor, which starts one
+    worker per GPU bundle of the replica's placement group (agentserve.placement)."""
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": model.tensor_parallel_size,
+        "pipeline_parallel_size": model.pipeline_parallel_size,
+    }
+    if model.tensor_parallel_size * model.pipeline_parallel_size > 1:
+        kwargs["distributed_executor_backend"] = "ray"
+    return kwargs
+
+
+def check_quantization(method: str | None, where: str = "quantization") -> None:
+    """Raise ValueError when `method` is not a quantization method of the installed vLLM
+    (nothing to check for None, or without vLLM)."""
+    if method is None:
+        return
+    try:
+        from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+    except ImportError:
+        return
+    if method not in QUANTIZATION_METHODS:
+        close = difflib.get_close_matches(method, QUANTIZATION_METHODS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{where}: quantization {method!r} is not a vLLM method{hint}")
 
 
 def check_engine_args(engine_args: dict[str, Any], where: str = "engine_args") -> None:

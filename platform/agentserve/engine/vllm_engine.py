@@ -12,6 +12,7 @@ vLLM is imported in start(), so importing this module stays cheap.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -32,6 +33,8 @@ from agentserve.engine.protocol import (
 from agentserve.engine.spec_by_batch import SpecByBatch, vllm_stat_logger
 from agentserve.engine.vllm import engine_kwargs, frontend_kwargs, spec_decode_counters
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
+from agentserve.engine.vllm_paths import check_vllm_paths
+from agentserve.engine.vllm_ray import config_in_placement_group, needs_placement_group
 from agentserve.spec import ModelSpec
 
 __all__ = ["VLLMEngine", "continuation_body", "deltas_from_sse", "request_error_from_vllm"]
@@ -73,6 +76,7 @@ class VLLMEngine:
 
     async def start(self) -> None:
         """Load the model and start AsyncLLM (minutes on CPU: torch.compile warm-up)."""
+        check_vllm_paths()  # an unsupported vLLM release: one clear error, not an ImportError
         from starlette.datastructures import State
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
@@ -83,11 +87,18 @@ class VLLMEngine:
 
         _cpu_defaults()
         ensure_fixes_enabled()
-        model_dir = self._model_dir or resolve_model(self.spec.source, progress=True)
-        engine_args = AsyncEngineArgs(**engine_kwargs(self.spec, model_dir, **self._overrides))
-        self._client = AsyncLLM.from_engine_args(
-            engine_args, stat_loggers=[vllm_stat_logger(self._by_batch)]
+        # off the event loop: a first start may download a model and its drafter for hours
+        model_dir = self._model_dir or await asyncio.to_thread(
+            resolve_model, self.spec.source, revision=self.spec.revision, progress=True
         )
+        kwargs = await asyncio.to_thread(engine_kwargs, self.spec, model_dir, **self._overrides)
+        engine_args = AsyncEngineArgs(**kwargs)
+        loggers = [vllm_stat_logger(self._by_batch)]
+        if needs_placement_group(kwargs):  # TP x PP > 1: workers in the replica's bundles
+            config = await asyncio.to_thread(config_in_placement_group, engine_args)
+            self._client = AsyncLLM.from_vllm_config(config, stat_loggers=loggers)
+        else:
+            self._client = AsyncLLM.from_engine_args(engine_args, stat_loggers=loggers)
         frontend = vars(FrontendArgs()) | frontend_kwargs(self.spec)
         args = Namespace(**(frontend | vars(engine_args)))
         state = State()

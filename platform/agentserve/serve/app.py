@@ -30,6 +30,7 @@ from agentserve.engine.protocol import (
     EngineStats,
     EngineUnavailableError,
 )
+from agentserve.placement import replica_placement
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
 from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, ModelSpec, SLASpec, TenantSpec
 from agentserve.tenant_config import (
@@ -184,7 +185,7 @@ def deployment_options(
     replicas = model.replicas
     options: dict[str, Any] = {
         "name": deployment_name(model.name),
-        "ray_actor_options": {"num_cpus": replicas.num_cpus, "num_gpus": replicas.num_gpus},
+        **replica_placement(model),  # ray_actor_options (+ placement group when TP x PP > 1)
         # the engine batches up to max_num_seqs; a few more wait inside it, the rest at
         # the router, bounded by max_queue_len (then BackPressureError -> 503)
         "max_ongoing_requests": 2 * model.max_num_seqs,

@@ -164,7 +164,6 @@ def test_local_hf_dir_is_returned_absolute(tmp_path: Path, monkeypatch: pytest.M
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("HuggingFaceTB/SmolLM2-135M-Instruct", "Hub ids are not fetched"),
         ("no/such/dir", "neither the bundled model nor an existing local directory"),
         ("EMPTY_DIR", "has no config.json"),
         ("A_FILE", "neither the bundled model nor an existing local directory"),
@@ -179,7 +178,7 @@ def test_bad_sources_are_rejected_clearly(
     with pytest.raises(ModelNotFoundError, match=expected) as info:
         resolve_model(source, convert=never_convert)
     message = str(info.value)
-    assert BUNDLED_MODEL in message and "local directory" in message and "not fetched" in message
+    assert BUNDLED_MODEL in message and "local directory" in message and "ORG/NAME" in message
 
 
 # --- one-time conversion ----------------------------------------------------------------

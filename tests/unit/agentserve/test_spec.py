@@ -168,7 +168,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "models[0]",
         "drafter.path is required",
     ),
-    ("hub id source", with_model(source="Qwen/Qwen3-8B"), "models[0].source", "never downloads"),
+    ("bad hub id source", with_model(source="Qwen/Qwen3/8B"), "models[0].source", "ORG/NAME"),
     ("unknown bundled", with_model(source="llama"), "models[0].source", "bundled model"),
     ("dtype", with_model(dtype="int8"), "models[0].dtype", "bfloat16"),
     ("engine", with_model(engine="sglang"), "models[0].engine", "vllm"),

@@ -96,6 +96,17 @@ SERVE_CONFIG_SCHEMA = _obj(
                                 "name": {"type": "string"},
                                 "ray_actor_options": {"type": "object"},
                                 "user_config": {"type": "object"},
+                                "placement_group_bundles": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": {
+                                        "type": "object",
+                                        "additionalProperties": {"type": "number", "minimum": 0},
+                                    },
+                                },
+                                "placement_group_strategy": {
+                                    "enum": ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+                                },
                             },
                             ["name"],
                         ),

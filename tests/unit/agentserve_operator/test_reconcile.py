@@ -128,7 +128,7 @@ def test_invalid_spec_keeps_children_and_reports_once(cluster):
         ({"tenants": [{"name": "bob", "sla": {}}]}, "has no key named 'bob'"),
         ({"kubernetes": {"api_key_secret": "nope"}}, "Secret 'nope' not found"),
         ({"kubernetes": {"image_pull_policy": "Sometimes"}}, "kubernetes.image_pull_policy"),
-        ({"models": [{"source": "Qwen/Qwen3-8B"}]}, "never downloads"),
+        ({"models": [{"source": "Qwen/Qwen3/8B"}]}, "neither the bundled model"),
     ],
 )
 def test_invalid_specs_name_the_problem(cluster, change, message):
