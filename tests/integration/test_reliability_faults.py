@@ -34,20 +34,20 @@ def test_killed_replica_streams_migrate_and_complete():
 
 def test_crashed_engine_streams_migrate_and_the_replica_is_replaced():
     outcome = faults.engine_crash_mid_stream()
-    assert (outcome.lost, outcome.errors_5xx) == (0, 0)
+    assert (outcome.lost, outcome.errors_5xx) == (0, 0), outcome.details
     assert outcome.restarts >= 1 and outcome.details["migrations"] >= 1
 
 
 def test_stuck_engine_is_replaced_and_its_streams_continue():
     outcome = faults.stuck_engine_replaced()
-    assert (outcome.lost, outcome.errors_5xx) == (0, 0)
+    assert (outcome.lost, outcome.errors_5xx) == (0, 0), outcome.details
     assert outcome.restarts >= 1 and outcome.details["migrations"] >= 1
     assert outcome.details["slowest_request_s"] < 60, "no wait for the graceful timeout"
 
 
 def test_stopping_replicas_drain_in_flight_streams():
     outcome = faults.drain_scale_down()
-    assert (outcome.lost, outcome.errors_5xx) == (0, 0)
+    assert (outcome.lost, outcome.errors_5xx) == (0, 0), outcome.details
     assert outcome.details["control_no_drain"]["lost"] > 0
 
 
@@ -56,10 +56,10 @@ def test_flood_gets_503_with_retry_after_and_retrying_clients_all_succeed():
     first = outcome.details["first_wave"]
     assert first["backpressure_503"] > 0 and first["other"] == 0
     assert first["with_retry_after_and_error_body"] == first["backpressure_503"]
-    assert (outcome.lost, outcome.errors_5xx) == (0, 0)
+    assert (outcome.lost, outcome.errors_5xx) == (0, 0), outcome.details
 
 
 def test_soak_completes_everything_with_flat_memory():
     outcome = faults.soak_memory()
-    assert (outcome.lost, outcome.errors_5xx) == (0, 0)
+    assert (outcome.lost, outcome.errors_5xx) == (0, 0), outcome.details
     assert outcome.details["rss_flat"], outcome.details

@@ -31,6 +31,10 @@ __all__ = [
 PORT = 8771
 RESTART_TIMEOUT_S = 90.0
 KILL_AT_ONGOING = 5  # streams the killed replica is serving at least
+# A drain waits for streams of 4 s (80 tokens, 50 ms each) that stretch to 15-25 s while the
+# redeploy starts new replica processes on a 2-core machine; a timeout near that cut them
+# all in a loaded CI run, so it leaves ample room (the streams end long before it).
+DRAIN_TIMEOUT_S = 120.0
 RSS_GROWTH_LIMIT_MB = 24.0  # per process over the soak, after warm-up ("flat")
 
 
@@ -211,10 +215,11 @@ def _redeploy_run(base: str, graceful_s: float, streams: int) -> dict[str, Any]:
 
         async def run() -> list[h.Result]:
             load = asyncio.create_task(h.send_all(base, bodies, streams))
-            await asyncio.sleep(1.0)  # every stream is under way
+            at["streaming_at_redeploy"] = await asyncio.to_thread(_under_way, base, streams)
             await asyncio.to_thread(h.deploy, h.app_for(spec, factory, 1), wait=False)
             return await load
 
+        at: dict[str, Any] = {}
         results = asyncio.run(run())
         one_s = h.wait_for(lambda: len(h.replica_names()) == 1, 60)
     return {
@@ -222,6 +227,7 @@ def _redeploy_run(base: str, graceful_s: float, streams: int) -> dict[str, Any]:
         "lost": _lost(results, bodies),
         "errors_5xx": _5xx(results),
         "graceful_shutdown_timeout_s": graceful_s,
+        **at,
         "longest_stream_s": round(max(r.seconds for r in results), 1),
         "one_replica_after_s": None if one_s is None else round(one_s, 1),
     }
@@ -237,22 +243,44 @@ def _shutdown_run(base: str, streams: int) -> dict[str, Any]:
 
     async def run() -> list[h.Result]:
         load = asyncio.create_task(h.send_all(base, bodies, streams))
-        await asyncio.sleep(0.5)
+        at["streaming_at_delete"] = await asyncio.to_thread(_under_way, base, streams)
         await asyncio.to_thread(serve.delete, h.APP)
         return await load
 
+    at: dict[str, Any] = {}
     results = asyncio.run(run())
-    return {"requests": len(results), "lost": _lost(results, bodies), "errors_5xx": _5xx(results)}
+    return {
+        "requests": len(results),
+        "lost": _lost(results, bodies),
+        "errors_5xx": _5xx(results),
+        **at,
+    }
+
+
+def _under_way(base: str, streams: int, timeout_s: float = 30.0) -> int:
+    """Block until the ingress has `streams` requests in flight, each past its first token
+    (every stream is under way, however slow the machine), or timeout_s; returns the
+    streaming count seen last."""
+    seen = 0
+
+    def enough() -> bool:
+        nonlocal seen
+        in_flight = h.metric(base, "agentserve_requests_in_flight")
+        seen = int(in_flight - h.metric(base, "agentserve_requests_queued"))
+        return seen >= streams
+
+    h.wait_for(enough, timeout_s, step_s=0.1)
+    return seen
 
 
 @scenario("faults_drain")
 def drain_scale_down(streams: int = 16, port: int = PORT) -> Outcome:
     """Replicas stopped with 16 long streams in flight (migration off): a redeploy from 2
     replicas to 1 (Serve's graceful stop of every old replica, graceful_shutdown_timeout_s
-    30), then deleting the application with 8 streams in flight: all complete. Control:
+    DRAIN_TIMEOUT_S), then deleting the application with 8 streams in flight: all complete. Control:
     the same redeploy without drain (graceful_shutdown_timeout_s 0) cuts the streams."""
     with h.local_serve(port) as base:
-        drained = _redeploy_run(base, 30.0, streams)
+        drained = _redeploy_run(base, DRAIN_TIMEOUT_S, streams)
         shutdown = _shutdown_run(base, streams // 2)
         control = _redeploy_run(base, 0.0, streams)
     return Outcome(
