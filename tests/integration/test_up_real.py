@@ -1,7 +1,9 @@
-"""`agentserve up` with no spec, as the README runs it: local Ray, vLLM (CPU build), the
-bundled model with the speculation measured fastest for it (agentserve.drafters'
-DEFAULT_SPECULATION, n-gram today); the openai client; speculation visibly drafting in
-/metrics and `agentserve status`; Ctrl-C. One engine start (~2 min on CPU).
+"""`agentserve up` with no spec, as the README runs it (plus `--traces`): local Ray, vLLM
+(CPU build), the bundled model with the speculation measured fastest for it
+(agentserve.drafters' DEFAULT_SPECULATION, n-gram today); the openai client; speculation
+visibly drafting in /metrics and `agentserve status`; examples 01 and 02 unchanged against
+it (02's trace read back from Phoenix down to the decode span); Ctrl-C. One engine start
+(~2 min on CPU) for all of it.
 
 Run: .venv/bin/python -m pytest -q -m slow tests/integration/test_up_real.py
 """
@@ -9,7 +11,9 @@ Run: .venv/bin/python -m pytest -q -m slow tests/integration/test_up_real.py
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import time
 
 import httpx
 import openai
@@ -17,7 +21,9 @@ import pytest
 from agentserve.drafters import default_speculation, shipped_drafter
 from agentserve.metrics_snapshot import parse_metrics
 from agentserve.models import BUNDLED_MODEL
-from up_server import agentserve_cmd
+from example_runner import run_example
+from phoenix_api import ancestry, phoenix_spans
+from up_server import agentserve_cmd, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -26,11 +32,18 @@ METHOD = default_speculation(BUNDLED_MODEL)
 
 
 @pytest.fixture(scope="module")
-def server(start_up):
+def server(start_up, tmp_path_factory):
+    """The default spec and its measured-fastest method, with Phoenix (`server.phoenix`)."""
     assert METHOD is not None, "no default speculation for the bundled model"
     if METHOD == "dflash":
         assert shipped_drafter(BUNDLED_MODEL) is not None, "no shipped DFlash drafter"
-    return start_up(ready_timeout_s=900)  # the default spec and its measured-fastest method
+    port = free_port()
+    traces = ["--traces", "--traces-port", str(port), "--traces-grpc-port", str(free_port())]
+    with pytest.MonkeyPatch.context() as env:  # Phoenix's database in a temporary directory
+        env.setenv("PHOENIX_WORKING_DIR", str(tmp_path_factory.mktemp("phoenix")))
+        up = start_up(*traces, ready_timeout_s=900)
+    up.phoenix = f"http://127.0.0.1:{port}"
+    return up
 
 
 def test_default_up_serves_the_bundled_model_with_the_default_speculation(server):
@@ -123,6 +136,39 @@ def test_status_shows_acceptance_and_latency(server):
     assert model["acceptance_length"] > 1.0
     (latency,) = [r for r in records if r["kind"] == "latency"]
     assert latency["tpot_p50_ms"] is not None and latency["ttft_p50_ms"] is not None
+
+
+def test_example_01_chat(server):
+    out = run_example("01-chat/chat.py", f"{server.url}/v1")
+    assert out.count("assistant: ") == 2
+
+
+def test_example_02_multi_agent_trace(server):
+    out = run_example(
+        "02-multi-agent/multi_agent.py",
+        f"{server.url}/v1",
+        OTEL_EXPORTER_OTLP_ENDPOINT=server.phoenix,
+    )
+    assert out.startswith("answer: ")
+    trace_id = re.search(r"trace id: ([0-9a-f]{32})", out).group(1)
+    want = {"invoke_agent coordinator", "ingress", "replica", "prefill", "decode"}
+    chain = _whole_decode_chain(server.phoenix, trace_id, want)
+    assert chain[:3] == ["replica", "ingress", "chat smollm2-135m-instruct"], chain
+    assert "invoke_agent coordinator" in chain
+
+
+def _whole_decode_chain(phoenix: str, trace_id: str, want: set[str]) -> list[str]:
+    """The ancestry of a decode span once the whole chain up to the agent has arrived (an
+    agent run makes several model calls; their spans reach Phoenix one batch at a time)."""
+    deadline = time.monotonic() + 120
+    while True:
+        spans = phoenix_spans(phoenix, trace_id, want, timeout_s=120)
+        by_id = {s["context"]["span_id"]: s for s in spans}
+        chains = [ancestry(s, by_id) for s in spans if s["name"] == "decode"]
+        whole = [c for c in chains if "invoke_agent coordinator" in c]
+        if whole or time.monotonic() > deadline:
+            return whole[0] if whole else max(chains, key=len)
+        time.sleep(2)
 
 
 def test_ctrl_c_stops_cleanly(server):
