@@ -1,5 +1,5 @@
 """Load generation and figures for `agentserve bench overhead`: one request's timing, a
-concurrency level's statistics, bare-vs-platform ratios, the verdict and the table."""
+concurrency level's statistics, ratios between systems, the verdict and the table."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import numpy as np
 
 __all__ = [
     "TARGET_OVERHEAD",
+    "TARGET_THROUGHPUT",
     "OneRequest",
     "RequestTiming",
-    "compare_levels",
+    "compare_systems",
     "fmt_number",
     "level_stats",
     "markdown_table",
@@ -24,7 +25,8 @@ __all__ = [
     "verdict",
 ]
 
-TARGET_OVERHEAD = 0.05  # issue: the platform adds <= 5% at concurrency 1
+TARGET_OVERHEAD = 0.05  # issue 15: TPOT within 1.05x of the reference at the lowest level
+TARGET_THROUGHPUT = 0.9  # issue 15: at least 0.9x the reference's tokens/s at the highest
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ def level_stats(timings: Sequence[RequestTiming], wall_s: float) -> dict[str, An
         "tpot_ms_p50": _round(np.percentile(tpot, 50)) if tpot else None,
         "tpot_ms_p95": _round(np.percentile(tpot, 95)) if tpot else None,
         "ttft_ms": _round(np.mean(ttft)) if ttft else None,
+        "ttft_ms_p50": _round(np.percentile(ttft, 50)) if ttft else None,
         "ttft_ms_p95": _round(np.percentile(ttft, 95)) if ttft else None,
     }
 
@@ -99,43 +102,55 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 4) if a is not None and b else None
 
 
-def compare_levels(
-    bare: dict[int, dict[str, Any]], platform: dict[int, dict[str, Any]]
+def compare_systems(
+    systems: dict[str, dict[int, dict[str, Any]]], reference: str
 ) -> list[dict[str, Any]]:
-    """Per concurrency: both phases' figures, overhead_ratio (platform / bare mean TPOT),
-    throughput_ratio (platform / bare tokens/s), and whether both generated the same
-    prompt and output token counts."""
+    """Per concurrency: each system's figures, its tpot_ratio (mean TPOT / the reference's)
+    and throughput_ratio (tokens/s / the reference's), and same_tokens: whether it
+    generated the prompt and output token counts of the first system (the bare engine)."""
+    first = next(iter(systems.values()))
     levels = []
-    for c in sorted(bare):
-        b, p = bare[c], platform[c]
+    for c in sorted(first):
+        figures = {name: by_level[c] for name, by_level in systems.items()}
+        ref, base = figures[reference], figures[next(iter(figures))]
+        counts = (base["output_tokens"], base["prompt_tokens"])
         levels.append(
             {
                 "concurrency": c,
-                "bare": b,
-                "platform": p,
-                "overhead_ratio": _ratio(p["tpot_ms"], b["tpot_ms"]),
-                "throughput_ratio": _ratio(p["tokens_per_s"], b["tokens_per_s"]),
-                "same_tokens": (b["output_tokens"], b["prompt_tokens"])
-                == (p["output_tokens"], p["prompt_tokens"]),
+                "systems": figures,
+                "tpot_ratio": {n: _ratio(f["tpot_ms"], ref["tpot_ms"]) for n, f in figures.items()},
+                "throughput_ratio": {
+                    n: _ratio(f["tokens_per_s"], ref["tokens_per_s"]) for n, f in figures.items()
+                },
+                "same_tokens": {
+                    n: (f["output_tokens"], f["prompt_tokens"]) == counts
+                    for n, f in figures.items()
+                },
             }
         )
     return levels
 
 
-def verdict(levels: list[dict[str, Any]]) -> dict[str, Any]:
-    """The issue's target: <= 5% overhead at the lowest concurrency (per token and in
-    throughput), and platform throughput at each level relative to the lowest."""
-    first = levels[0]
-    over, thr = first["overhead_ratio"], first["throughput_ratio"]
-    met = over is not None and thr is not None
-    met = met and over <= 1 + TARGET_OVERHEAD and thr >= 1 / (1 + TARGET_OVERHEAD)
-    base = first["platform"]["tokens_per_s"]
+def verdict(levels: list[dict[str, Any]], reference: str, system: str) -> dict[str, Any]:
+    """Issue 15's targets for `system` against `reference`: mean TPOT within
+    1 + TARGET_OVERHEAD at the lowest concurrency, throughput at least TARGET_THROUGHPUT at
+    the highest; and `system`'s throughput at each level relative to the lowest."""
+    low, high = levels[0], levels[-1]
+    tpot, thr = low["tpot_ratio"][system], high["throughput_ratio"][system]
+    met = tpot is not None and thr is not None
+    met = met and tpot <= 1 + TARGET_OVERHEAD and thr >= TARGET_THROUGHPUT
+    base = low["systems"][system]["tokens_per_s"]
     return {
-        "max_overhead": TARGET_OVERHEAD,
-        "at_concurrency": first["concurrency"],
+        "system": system,
+        "reference": reference,
+        "max_tpot_ratio": 1 + TARGET_OVERHEAD,
+        "min_throughput_ratio": TARGET_THROUGHPUT,
+        "tpot_ratio_at_lowest": tpot,
+        "throughput_ratio_at_highest": thr,
         "met": bool(met),
-        "platform_throughput_scaling": {
-            str(lv["concurrency"]): _ratio(lv["platform"]["tokens_per_s"], base) for lv in levels
+        "throughput_scaling": {
+            str(lv["concurrency"]): _ratio(lv["systems"][system]["tokens_per_s"], base)
+            for lv in levels
         },
     }
 
@@ -144,19 +159,21 @@ def fmt_number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def markdown_table(levels: list[dict[str, Any]]) -> str:
+def markdown_table(levels: list[dict[str, Any]], reference: str) -> str:
+    """One row per concurrency and system; ratios are to `reference`."""
     head = (
-        "| concurrency | bare tok/s | platform tok/s | throughput ratio | bare TPOT ms "
-        "| platform TPOT ms | overhead ratio | bare TTFT ms | platform TTFT ms | same tokens |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n"
+        f"| concurrency | system | tok/s | tok/s vs {reference} | TPOT ms (mean) | TPOT p50 "
+        f"| TPOT p95 | TPOT vs {reference} | TTFT p50 | TTFT p95 | same tokens |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
+    f = fmt_number
     for lv in levels:
-        b, p = lv["bare"], lv["platform"]
-        f = fmt_number
-        cells = [lv["concurrency"], f(b["tokens_per_s"], 1), f(p["tokens_per_s"], 1)]
-        cells += [f(lv["throughput_ratio"], 3), f(b["tpot_ms"], 2), f(p["tpot_ms"], 2)]
-        cells += [f(lv["overhead_ratio"], 3), f(b["ttft_ms"], 1), f(p["ttft_ms"], 1)]
-        cells.append("yes" if lv["same_tokens"] else "**no**")
-        rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+        for name, s in lv["systems"].items():
+            cells = [lv["concurrency"], name, f(s["tokens_per_s"], 1)]
+            cells += [f(lv["throughput_ratio"][name], 3), f(s["tpot_ms"], 2)]
+            cells += [f(s["tpot_ms_p50"], 2), f(s["tpot_ms_p95"], 2)]
+            cells += [f(lv["tpot_ratio"][name], 3), f(s["ttft_ms_p50"], 1), f(s["ttft_ms_p95"], 1)]
+            cells.append("yes" if lv["same_tokens"][name] else "**no**")
+            rows.append("| " + " | ".join(str(c) for c in cells) + " |")
     return head + "\n".join(rows) + "\n"

@@ -13,14 +13,13 @@ import pytest
 from agentserve.bench.overhead import (
     Plan,
     RequestTiming,
-    compare_levels,
-    engine_request_fn,
+    compare_systems,
     http_levels,
     level_stats,
     run,
-    run_level,
-    verdict,
 )
+from agentserve.bench.overhead_requests import engine_request_fn
+from agentserve.bench.overhead_stats import run_level, verdict
 from agentserve.cli import build_parser
 from agentserve.engine.fake import FakeEngine
 
@@ -48,18 +47,26 @@ def _figures(tps, tpot, tokens=100):
     return {"tokens_per_s": tps, "tpot_ms": tpot, "output_tokens": tokens, "prompt_tokens": 50}
 
 
-def test_ratios_and_target():
-    bare = {1: _figures(100.0, 10.0), 4: _figures(380.0, 10.5)}
-    platform = {1: _figures(96.0, 10.4), 4: _figures(300.0, 13.0, tokens=99)}
-    levels = compare_levels(bare, platform)
-    assert [lv["concurrency"] for lv in levels] == [1, 4]
-    assert levels[0]["overhead_ratio"] == 1.04 and levels[0]["throughput_ratio"] == 0.96
-    assert levels[1]["overhead_ratio"] == round(13.0 / 10.5, 4)
-    assert levels[0]["same_tokens"] and not levels[1]["same_tokens"]
-    target = verdict(levels)
-    assert target["met"] and target["platform_throughput_scaling"] == {"1": 1.0, "4": 3.125}
-    slow = compare_levels({1: _figures(100.0, 10.0)}, {1: _figures(90.0, 10.2)})
-    assert not verdict(slow)["met"]  # 10% less throughput
+def test_ratios_are_to_the_reference_and_the_target_is_issue_15s():
+    systems = {
+        "bare": {1: _figures(110.0, 9.0), 16: _figures(400.0, 30.0)},
+        "vllm_serve": {1: _figures(100.0, 10.0), 16: _figures(380.0, 40.0)},
+        "agentserve": {1: _figures(96.0, 10.4), 16: _figures(350.0, 45.0, tokens=99)},
+    }
+    levels = compare_systems(systems, "vllm_serve")
+    assert [lv["concurrency"] for lv in levels] == [1, 16]
+    low, high = levels
+    assert low["tpot_ratio"] == {"bare": 0.9, "vllm_serve": 1.0, "agentserve": 1.04}
+    assert low["throughput_ratio"]["agentserve"] == 0.96
+    assert high["throughput_ratio"]["agentserve"] == round(350 / 380, 4)
+    assert all(low["same_tokens"].values()) and not high["same_tokens"]["agentserve"]
+    target = verdict(levels, "vllm_serve", "agentserve")
+    assert target["met"]  # 1.04x TPOT at c=1, 0.92x throughput at c=16
+    assert target["throughput_scaling"] == {"1": 1.0, "16": round(350 / 96, 4)}
+    systems["agentserve"][16] = _figures(300.0, 45.0)  # 0.79x at the highest level
+    assert not verdict(compare_systems(systems, "vllm_serve"), "vllm_serve", "agentserve")["met"]
+    systems["agentserve"] = {1: _figures(100.0, 10.6), 16: _figures(380.0, 40.0)}  # TPOT 1.06x
+    assert not verdict(compare_systems(systems, "vllm_serve"), "vllm_serve", "agentserve")["met"]
 
 
 def test_run_level_keeps_the_concurrency():
@@ -109,7 +116,8 @@ def _ingress_over_http(spec, factory, plan, start_timeout_s):
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
-        return asyncio.run(http_levels(f"http://127.0.0.1:{spec.server.port}", spec, plan))
+        url = f"http://127.0.0.1:{spec.server.port}"
+        return asyncio.run(http_levels(url, model.name, plan))
     finally:
         server.should_exit = True
         thread.join(timeout=10)
@@ -124,23 +132,27 @@ def test_whole_command_on_the_fake_engine(tmp_path, capsys):
     assert report["command"] == " ".join(["agentserve", *argv, "--fake-step-ms", "10"])
     assert (report["engine"], report["max_tokens"], report["drafter"]) == ("fake", 6, None)
     assert [lv["concurrency"] for lv in report["levels"]] == [1, 4]
+    assert list(report["systems"]) == ["bare", "agentserve"] and report["reference"] == "bare"
     for lv in report["levels"]:
-        bare, platform = lv["bare"], lv["platform"]
-        assert lv["same_tokens"] and bare["output_tokens"] == 6 * bare["requests"] == 48
+        bare, platform = lv["systems"]["bare"], lv["systems"]["agentserve"]
+        assert all(lv["same_tokens"].values()) and bare["output_tokens"] == 6 * bare["requests"]
+        assert bare["output_tokens"] == 48
         for side in (bare, platform):  # measured: each token waits one 10 ms engine step
             assert side["tpot_ms"] >= 9.5 and side["ttft_ms"] >= 9.5
             assert side["tokens_per_s"] == pytest.approx(
                 side["output_tokens"] / side["wall_s"], rel=0.01
             )
-        assert lv["overhead_ratio"] == pytest.approx(platform["tpot_ms"] / bare["tpot_ms"], 1e-3)
-        assert lv["throughput_ratio"] == pytest.approx(
+        assert lv["tpot_ratio"]["agentserve"] == pytest.approx(
+            platform["tpot_ms"] / bare["tpot_ms"], 1e-3
+        )
+        assert lv["throughput_ratio"]["agentserve"] == pytest.approx(
             platform["tokens_per_s"] / bare["tokens_per_s"], 1e-3
         )
-    assert set(report["target"]["platform_throughput_scaling"]) == {"1", "4"}
+    assert set(report["target"]["throughput_scaling"]) == {"1", "4"}
     doc = (tmp_path / "benchmarks.md").read_text()
     assert "Intro stays." in doc and "\nold\n" not in doc
     assert "## Platform overhead" in doc and "| 4 |" in doc
-    assert "| concurrency | bare tok/s |" in capsys.readouterr().out
+    assert "| concurrency | system | tok/s | tok/s vs bare |" in capsys.readouterr().out
 
 
 def test_plan_requests_per_level():
@@ -176,3 +188,48 @@ def test_bench_spec_drafter_default_as_up(flags, drafting):
     model = spec.models[0]
     assert model.drafter.enabled is drafting and model.engine == "vllm"
     assert model.max_num_seqs == 16 and spec.server.port != 8000
+
+
+def test_systems_to_run_in_order_and_bad_choices_are_clear():
+    from agentserve.bench.overhead import systems_to_run
+
+    def args(*flags):
+        return build_parser().parse_args(["bench", "overhead", *flags])
+
+    assert systems_to_run(args()) == ("bare", "vllm_serve", "agentserve")
+    assert systems_to_run(args("--engine", "fake")) == ("bare", "agentserve")
+    assert systems_to_run(args("--systems", "agentserve,vllm_serve")) == (
+        "vllm_serve",
+        "agentserve",
+    )
+    with pytest.raises(SystemExit, match="unknown"):
+        systems_to_run(args("--systems", "bare,tgi"))
+    with pytest.raises(SystemExit, match="needs --engine vllm"):
+        systems_to_run(args("--engine", "fake", "--systems", "vllm_serve"))
+
+
+def test_vllm_serve_gets_the_replica_engine_arguments_as_flags_vllm_accepts():
+    """The flags parse with vLLM's own `vllm serve` parser into the replica's values."""
+    pytest.importorskip("vllm")
+    from agentserve.bench.overhead_peers import serve_args
+    from agentserve.spec import ModelSpec
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    model = ModelSpec.model_validate(
+        {
+            "name": "m",
+            "max_model_len": 1024,
+            "max_num_seqs": 16,
+            "enable_prefix_caching": False,
+            "drafter": {"enabled": True, "method": "ngram", "num_speculative_tokens": 3},
+        }
+    )
+    argv = serve_args(model, "/models/m", 8123)
+    parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+    assert (parsed.model, parsed.served_model_name, parsed.port) == ("/models/m", ["m"], 8123)
+    assert (parsed.max_model_len, parsed.max_num_seqs, parsed.dtype) == (1024, 16, "bfloat16")
+    assert parsed.enable_prefix_caching is False
+    spec_config = parsed.speculative_config
+    spec_config = json.loads(spec_config) if isinstance(spec_config, str) else spec_config
+    assert spec_config["method"] == "ngram" and spec_config["num_speculative_tokens"] == 3
