@@ -198,3 +198,16 @@ def test_n_counts_n_places_in_the_queue():
         assert len(r.choices) == 4  # places released after the first
 
     asyncio.run(run())
+
+
+def test_token_reservation_counts_the_output_of_every_choice():
+    from agentserve.api.openai import parse_request
+    from agentserve.serve.admission import estimate_prompt_tokens, token_reservation
+
+    one = parse_request("chat", {"model": "m", "messages": MSG, "max_tokens": 10})
+    three = parse_request("chat", {"model": "m", "messages": MSG, "max_tokens": 10, "n": 3})
+    prompt = estimate_prompt_tokens("chat", one)
+    assert token_reservation("chat", one, 64) == prompt + 10
+    assert token_reservation("chat", three, 64) == prompt + 3 * 10
+    unbounded = parse_request("chat", {"model": "m", "messages": MSG, "n": 2})
+    assert token_reservation("chat", unbounded, 64) == prompt + 2 * (64 - prompt)
