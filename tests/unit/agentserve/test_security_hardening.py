@@ -1,6 +1,7 @@
 """Issue 16 items 10-12: engine-steering fields refused at the ingress, prompt logprobs
-refused rather than silently dropped (output logprobs are served: issue 15); a client's trace flags cannot force sampling and oversized
-baggage is not passed on; vLLM fetches no remote media by default."""
+refused rather than silently dropped (output logprobs are served: issue 15); a client's
+trace flags cannot force sampling and oversized baggage is not passed on; vLLM fetches no
+remote media by default."""
 
 from __future__ import annotations
 
