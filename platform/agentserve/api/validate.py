@@ -254,8 +254,8 @@ def check_schemas(
             and not 0 <= value <= MAX_LOGPROBS
         ):
             raise InvalidRequestError(
-                f"'{field}' is {value}; it must be in [0, {MAX_LOGPROBS}] log probabilities "
-                "per token.",
+                f"'{field}' is {value}; between 0 and {MAX_LOGPROBS} log probabilities per "
+                "token are returned.",
                 param=field,
             )
 
