@@ -171,5 +171,68 @@ def _whole_decode_chain(phoenix: str, trace_id: str, want: set[str]) -> list[str
         time.sleep(2)
 
 
+COUNT = [{"role": "user", "content": "Count from one to fifty, separated by commas."}]
+
+
+def _client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+
+
+def _check_top(entries, top):
+    """Each token's logprob <= 0 and `top` alternatives, the greedy pick the best of them."""
+    for e in entries:
+        assert e.logprob <= 0 and len(e.top_logprobs) == top, e
+        best = max(t.logprob for t in e.top_logprobs)
+        assert e.logprob >= best - 1e-3, e  # temperature 0: the chosen token is the argmax
+
+
+def test_chat_logprobs_through_the_openai_client(server):
+    """Issue 15: logprobs + top_logprobs (3) streamed and not; the tokens spell the content
+    (finish "length", so no end-of-sequence token whose text is not in the content)."""
+    client = _client(server)
+    args = {"model": BUNDLED_MODEL, "messages": COUNT, "max_tokens": 12, "temperature": 0}
+    reply = client.chat.completions.create(**args, logprobs=True, top_logprobs=3)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length"
+    content = choice.logprobs.content
+    assert len(content) == reply.usage.completion_tokens == 12
+    assert "".join(e.token for e in content) == choice.message.content
+    _check_top(content, 3)
+    stream = client.chat.completions.create(**args, logprobs=True, top_logprobs=3, stream=True)
+    text, streamed = "", []
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+            logprobs = chunk.choices[0].logprobs
+            streamed += logprobs.content if logprobs and logprobs.content else []
+    assert text == choice.message.content and "".join(e.token for e in streamed) == text
+    _check_top(streamed, 3)
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content], abs=0.05)
+    done = client.completions.create(
+        model=BUNDLED_MODEL, prompt="1, 2, 3, 4,", max_tokens=8, temperature=0, logprobs=2
+    )
+    lp = done.choices[0].logprobs
+    assert "".join(lp.tokens) == done.choices[0].text and len(lp.tokens) == 8
+    assert all(v <= 0 for v in lp.token_logprobs) and all(2 <= len(t) <= 3 for t in lp.top_logprobs)
+
+
+def test_n_choices_with_a_seed_are_reproducible(server):
+    """n=2 at the default temperature: two choices with indices 0 and 1, usage summed over
+    them, and the same seed gives the same two again (streamed, too)."""
+    client = _client(server)
+    args = {"model": BUNDLED_MODEL, "messages": COUNT, "max_tokens": 12, "n": 2, "seed": 11}
+    first, again = (client.chat.completions.create(**args) for _ in range(2))
+    assert [c.index for c in first.choices] == [0, 1]
+    assert all(c.finish_reason == "length" and c.message.content for c in first.choices)
+    assert first.usage.completion_tokens == 24
+    texts = [c.message.content for c in first.choices]
+    assert [c.message.content for c in again.choices] == texts
+    streamed = {0: "", 1: ""}
+    for chunk in client.chat.completions.create(**args, stream=True):
+        for c in chunk.choices:
+            streamed[c.index] += c.delta.content or ""
+    assert streamed == {0: texts[0], 1: texts[1]}
+
+
 def test_ctrl_c_stops_cleanly(server):
     assert server.stop() == 0, server.stderr()

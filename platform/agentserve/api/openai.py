@@ -34,6 +34,7 @@ from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.validate import (
+    MAX_CHOICES,
     SchemaCache,
     check_context,
     check_sampling,
@@ -43,6 +44,7 @@ from agentserve.api.validate import (
     param_path,
     requested_max_tokens,
 )
+from agentserve.engine.logprobs import to_chat, to_completion
 from agentserve.engine.protocol import Delta, RequestKind
 
 __all__ = ["ResponseBuilder", "parse_request"]
@@ -149,8 +151,20 @@ def _check_edge(kind: RequestKind, request: Any, data: dict[str, Any]) -> None:
         raise InvalidRequestError("'messages' must contain at least one message.", param="messages")
     if kind == "completion" and _prompt_count(request.prompt) != 1:
         raise InvalidRequestError("'prompt' must be one string or one token list.", param="prompt")
-    if request.n != 1:
-        raise InvalidRequestError("Only n=1 is supported.", param="n")
+    n = 1 if request.n is None else request.n
+    if not 1 <= n <= MAX_CHOICES:
+        raise InvalidRequestError(f"'n' must be between 1 and {MAX_CHOICES}.", param="n")
+    if n > 1 and getattr(request, "use_beam_search", False):
+        raise InvalidRequestError(
+            "'use_beam_search' is not supported with n > 1.", param="use_beam_search"
+        )
+    if kind == "completion" and request.echo and request.logprobs is not None:
+        raise InvalidRequestError(
+            "'echo' with 'logprobs' is not supported: prompt log probabilities are not "
+            "returned by this server.",
+            param="echo",
+            code="unsupported_parameter",
+        )
     _check_refused(data)
     temperature, top_p = request.temperature, request.top_p
     if temperature is not None and not 0 <= temperature <= 2:
@@ -171,12 +185,10 @@ _REFUSED: tuple[tuple[str, Any, str], ...] = (
      "a request-supplied chat template is not accepted; the model's own template is used"),
     ("priority", lambda v: v not in (None, 0),
      "scheduling priority is set by the server, not by clients"),
-    ("top_logprobs", lambda v: bool(v),
-     "log probabilities are not returned by this server; leave out 'top_logprobs'"),
     ("prompt_logprobs", lambda v: v is not None,
      "prompt log probabilities are not returned by this server"),
-    ("logprobs", lambda v: v not in (None, False),
-     "log probabilities are not returned by this server; leave out 'logprobs'"),
+    ("logprob_token_ids", lambda v: bool(v),
+     "log probabilities of chosen token ids are not returned; use 'top_logprobs'"),
 )  # fmt: skip
 
 
@@ -229,23 +241,31 @@ def _dump(model: Any) -> dict[str, Any]:
 
 
 class ResponseBuilder:
-    """Shapes one request's deltas into OpenAI objects (id, model, created fixed per request)."""
+    """Shapes one request's deltas into OpenAI objects (id, model, created fixed per
+    request); `n` choices, each delta's `index` naming its choice."""
 
-    def __init__(self, kind: RequestKind, request_id: str, model: str, include_usage: bool):
+    def __init__(
+        self, kind: RequestKind, request_id: str, model: str, include_usage: bool, n: int = 1
+    ):
         self.kind = kind
         self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + request_id
         self.model = model
         self.created = int(time.time())
         self.include_usage = include_usage
+        self.n = n
+        self._offsets = [0] * n  # completion logprobs: characters of each choice's tokens
 
     def first_chunk(self) -> dict[str, Any] | None:
-        """The chat stream's opening chunk (role only); None for completions."""
+        """The chat stream's opening chunk (role only, every choice); None for completions."""
         if self.kind != "chat":
             return None
-        choice = ChatCompletionResponseStreamChoice(
-            index=0, delta=DeltaMessage(role="assistant", content="")
-        )
-        return self._chunk([choice])
+        choices = [
+            ChatCompletionResponseStreamChoice(
+                index=i, delta=DeltaMessage(role="assistant", content="")
+            )
+            for i in range(self.n)
+        ]
+        return self._chunk(choices)
 
     def chunk(self, delta: Delta) -> dict[str, Any]:
         """One stream chunk for `delta`."""
@@ -256,13 +276,23 @@ class ResponseBuilder:
                 tool_calls=[DeltaToolCall(**t) for t in delta.tool_calls],
             )
             choice = ChatCompletionResponseStreamChoice(
-                index=0, delta=message, finish_reason=delta.finish_reason
+                index=delta.index, delta=message, finish_reason=delta.finish_reason
             )
         else:
             choice = CompletionResponseStreamChoice(
-                index=0, text=delta.text, finish_reason=delta.finish_reason
+                index=delta.index, text=delta.text, finish_reason=delta.finish_reason
             )
-        return self._chunk([choice])
+        chunk = self._chunk([choice])
+        if delta.logprobs:
+            chunk["choices"][0]["logprobs"] = self._logprobs(delta.index, delta.logprobs)
+        return chunk
+
+    def _logprobs(self, index: int, entries: Any) -> dict[str, Any]:
+        if self.kind == "chat":
+            return to_chat(entries)
+        rendered = to_completion(entries, self._offsets[index])
+        self._offsets[index] += sum(len(e["token"]) for e in entries)
+        return rendered
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         """The last stream chunk when include_usage: no choices, the usage."""
@@ -278,33 +308,38 @@ class ResponseBuilder:
         return chunk
 
     def final(self, deltas: list[Delta]) -> dict[str, Any]:
-        """The non-stream response: all deltas of the request merged."""
-        last = deltas[-1]
-        text = "".join(d.text for d in deltas)
-        usage = _usage(last.prompt_tokens, last.completion_tokens)
-        if self.kind == "completion":
-            choice = CompletionResponseChoice(index=0, text=text, finish_reason=last.finish_reason)
-            return _dump(
-                CompletionResponse(
-                    id=self.id,
-                    created=self.created,
-                    model=self.model,
-                    choices=[choice],
-                    usage=usage,
+        """The non-stream response: all deltas of the request merged, per choice. Token
+        counts are the request's (the largest seen: a fan-out's sum over choices)."""
+        usage = _usage(
+            max(d.prompt_tokens for d in deltas), max(d.completion_tokens for d in deltas)
+        )
+        by_choice: dict[int, list[Delta]] = {}
+        for d in deltas:
+            by_choice.setdefault(d.index, []).append(d)
+        grouped = sorted(by_choice.items())
+        choices = [self._choice(i, ds) for i, ds in grouped]
+        cls = ChatCompletionResponse if self.kind == "chat" else CompletionResponse
+        body = _dump(
+            cls(id=self.id, created=self.created, model=self.model, choices=choices, usage=usage)
+        )
+        for choice, (_, ds) in zip(body["choices"], grouped, strict=True):
+            if self.kind == "chat":
+                choice["message"].setdefault("content", None)
+            entries = [e for d in ds for e in d.logprobs]
+            if entries:
+                choice["logprobs"] = (
+                    to_chat(entries) if self.kind == "chat" else to_completion(entries)
                 )
-            )
+        return body
+
+    def _choice(self, index: int, deltas: list[Delta]) -> Any:
+        text = "".join(d.text for d in deltas)
+        finish = deltas[-1].finish_reason
+        if self.kind == "completion":
+            return CompletionResponseChoice(index=index, text=text, finish_reason=finish)
         calls = _tool_calls_from_deltas(t for d in deltas for t in d.tool_calls)
         reasoning = "".join(d.reasoning for d in deltas) or None
         message = ChatMessage(
             role="assistant", content=text or None, tool_calls=calls, reasoning=reasoning
         )
-        choice = ChatCompletionResponseChoice(
-            index=0, message=message, finish_reason=last.finish_reason
-        )
-        body = _dump(
-            ChatCompletionResponse(
-                id=self.id, created=self.created, model=self.model, choices=[choice], usage=usage
-            )
-        )
-        body["choices"][0]["message"].setdefault("content", None)
-        return body
+        return ChatCompletionResponseChoice(index=index, message=message, finish_reason=finish)

@@ -39,6 +39,7 @@ from vllm.exceptions import VLLMClientError
 from agentserve.api.errors import InvalidRequestError
 
 __all__ = [
+    "MAX_CHOICES",
     "MAX_DEPTH",
     "MAX_LOGPROBS",
     "MAX_SCHEMA_BYTES",
@@ -56,6 +57,7 @@ __all__ = [
 
 MAX_DEPTH = 64  # JSON nesting levels; tool schemas rarely pass 10
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs and OpenAI's top_logprobs bound
+MAX_CHOICES = 8  # n: each choice is one engine request (serve/fanout.py)
 MAX_TOOLS = 128  # OpenAI's limit on tools per request
 MAX_SCHEMA_BYTES = 256 * 1024  # all tool and response_format schemas, as compact JSON
 SCHEMA_CACHE_ENTRIES = 4096
@@ -246,10 +248,14 @@ def check_schemas(
     _check_all(found, cache or SchemaCache(0), deadline)
     for field in ("top_logprobs", "logprobs"):
         value = data.get(field)
-        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_LOGPROBS:
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and not 0 <= value <= MAX_LOGPROBS
+        ):
             raise InvalidRequestError(
-                f"'{field}' is {value}; at most {MAX_LOGPROBS} log probabilities per token "
-                "are returned.",
+                f"'{field}' is {value}; between 0 and {MAX_LOGPROBS} log probabilities per "
+                "token are returned.",
                 param=field,
             )
 

@@ -145,7 +145,7 @@ HOSTILE_CASES: tuple[Case, ...] = (
     Case("negative top_k", _chat(top_k=-5), 400, "top_k"),
     Case("min_p above 1", _chat(min_p=1.5), 400, "min_p"),
     Case("negative repetition_penalty", _chat(repetition_penalty=-1), 400, "repetition_penalty"),
-    Case("n = 5", _chat(n=5), 400, "n"),
+    Case("n = 9", _chat(n=9), 400, "n"),
     Case("top_logprobs 1000", _chat(logprobs=True, top_logprobs=1000), 400, "top_logprobs"),
     Case("seed past 64-bit", _chat(seed=2**80), 400, "seed"),
     Case(

@@ -7,7 +7,9 @@ text (completion); prompt tokens = whitespace words over all messages. The reply
 a JSON object; with tool_choice "required" it calls every tool (the first only when
 parallel_tool_calls is false), with a named function that one (finish "tool_calls");
 arguments fill the tool's parameter schema from the prompt (strings get the prompt text,
-numbers its word count; no properties: {"text": prompt}). Tokens are emitted
+numbers its word count; no properties: {"text": prompt}). With logprobs (chat
+logprobs + top_logprobs k, completion logprobs k) each word token gets a log probability
+from a hash of it and k alternatives (itself first). Tokens are emitted
 `accept_per_step` at a time, like a speculative engine, and counted in stats as
 drafts/drafted/accepted (also by running batch size).
 Each step sleeps `token_delay_s + per_seq_delay_s x running requests`, and at most
@@ -163,7 +165,8 @@ class FakeEngine:
             else:
                 rest = _words_after(_reply_words(body, prompt_words), prefix.split())
                 words, natural_end = rest[:budget], len(rest) <= budget
-                stream = self._stream_words(words, natural_end, body, prompt_tokens, prefix)
+                top = _top_logprobs(body, request.kind)
+                stream = self._stream_words(words, natural_end, body, prompt_tokens, prefix, top)
                 async for delta in stream:
                     yield delta
                     if trigger and delta.completion_tokens >= FAULT_AFTER_TOKENS:
@@ -178,26 +181,37 @@ class FakeEngine:
                 self.aborted.append(request.request_id)
 
     async def _stream_words(
-        self, words: list[str], natural_end: bool, body: Any, prompt_tokens: int, prefix: str
+        self,
+        words: list[str],
+        natural_end: bool,
+        body: Any,
+        prompt_tokens: int,
+        prefix: str,
+        top: int | None = None,
     ) -> AsyncIterator[Delta]:
-        """Reply words after `prefix` (the text delivered before, "" for a new request)."""
+        """Reply words after `prefix` (the text delivered before, "" for a new request);
+        with `top` (not None), each word's log probabilities with `top` alternatives."""
         stops = _stops(body)
         text, emitted = prefix, 0
         for i in range(0, len(words), self.accept_per_step):
             step = words[i : i + self.accept_per_step]
-            piece = "".join(w if not (text or j) else " " + w for j, w in enumerate(step))
+            tokens = [w if not (text or j) else " " + w for j, w in enumerate(step)]
+            piece = "".join(tokens)
+            lps = () if top is None else tuple(_logprob(t, top) for t in tokens)
             await self._check_fault(len(step))
             emitted += len(step)
             self._count_step(len(step))
             cut = _cut_at_stop(text + piece, stops)
             if cut is not None:
-                yield Delta(cut[len(text) :], prompt_tokens, emitted, finish_reason="stop")
+                yield Delta(
+                    cut[len(text) :], prompt_tokens, emitted, finish_reason="stop", logprobs=lps
+                )
                 return
             text += piece
             last = i + self.accept_per_step >= len(words)
             finish = ("stop" if natural_end else "length") if last else None
             await asyncio.sleep(self._step_delay_s())
-            yield Delta(piece, prompt_tokens, emitted, finish_reason=finish)
+            yield Delta(piece, prompt_tokens, emitted, finish_reason=finish, logprobs=lps)
 
     async def _tool_calls(
         self, tools: list[tuple[str, dict]], prompt_words: list[str], prompt_tokens: int
@@ -341,6 +355,28 @@ def _words_after(reply: list[str], prefix: list[str]) -> list[str]:
         return reply[len(prefix) :]
     seed = zlib.crc32(" ".join([*reply, "|", *prefix]).encode())
     return [f"x{(seed + i) % 9973:04d}" for i in range(max(1, len(reply) - len(prefix)))]
+
+
+def _top_logprobs(body: Any, kind: str) -> int | None:
+    """Alternatives per token the request asks for; None: no log probabilities."""
+    if kind == "chat":
+        return (body.top_logprobs or 0) if body.logprobs else None
+    return body.logprobs
+
+
+def _logprob(token: str, top: int) -> dict[str, Any]:
+    """A token's log probability (from a hash of it, in (-10, 0]), with `top` alternatives:
+    the token itself first, then "<alt1>", "<alt2>", ... each 1 lower."""
+    value = -(zlib.crc32(token.encode()) % 1000) / 100
+    alts = [(token, value)] + [(f"<alt{j}>", round(value - j, 2)) for j in range(1, top)]
+    return {
+        "token": token,
+        "logprob": value,
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in alts][
+            :top
+        ],
+    }
 
 
 def _stops(body: Any) -> list[str]:

@@ -110,7 +110,8 @@ class EngineRequest:
 
 @dataclass(frozen=True)
 class Delta:
-    """One step of output for choice 0.
+    """One step of output for one choice (`index`; engines always yield choice 0, the
+    ingress's fan-out of an n > 1 request sets it: serve/fanout.py).
 
     `text` is new content (may be ""), `tool_calls` new OpenAI tool-call deltas
     (dicts with index/id/type/function), `prompt_tokens` the prompt length and
@@ -118,6 +119,13 @@ class Delta:
     `finish_reason` is set on the last delta only ("stop", "length", "tool_calls").
     `token_ids` are the output token ids whose text this delta delivers, and
     `prompt_token_ids` (first delta only) the prompt's, when the engine reports them.
+    `logprobs` (when the request asked for them) has one entry per output token this
+    delta delivers, in OpenAI chat form, whichever API the request came by:
+    {"token", "logprob" (None: not reported), "bytes" (None: not reported),
+    "top_logprobs": [{"token", "logprob", "bytes"}, ...] or None}
+    (engine/logprobs.py converts vLLM's chat and completion shapes to and from it).
+    In a merged n > 1 stream, prompt_tokens and completion_tokens count the whole
+    request: completion tokens summed over its choices.
     """
 
     text: str = ""
@@ -128,6 +136,8 @@ class Delta:
     reasoning: str = ""
     token_ids: tuple[int, ...] = ()
     prompt_token_ids: tuple[int, ...] = ()
+    logprobs: tuple[dict[str, Any], ...] = ()
+    index: int = 0
 
 
 @dataclass(frozen=True)

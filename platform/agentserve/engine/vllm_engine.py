@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentserve.engine.logprobs import from_vllm, trim
 from agentserve.engine.protocol import (
     Delta,
     EngineDeadError,
@@ -135,7 +136,7 @@ class VLLMEngine:
             if not hasattr(result, "__aiter__"):
                 raise _error_from_payload(result.model_dump())
             try:
-                async for delta in deltas_from_sse(kind, result):
+                async for delta in deltas_from_sse(kind, result, _chat_top(request, kind)):
                     yield delta
             finally:
                 await result.aclose()
@@ -224,6 +225,7 @@ def continuation_body(request: EngineRequest) -> tuple[str, Any]:
     if c.prompt_token_ids:
         limit = getattr(body, "max_completion_tokens", None) or body.max_tokens
         carried = {k: getattr(body, k) for k in _CARRIED if k in body.model_fields_set}
+        carried |= _carried_logprobs(request)
         prompt = [*c.prompt_token_ids, *c.token_ids]
         return "completion", CompletionRequest(
             model=body.model, prompt=prompt, max_tokens=limit, **carried
@@ -237,6 +239,21 @@ def continuation_body(request: EngineRequest) -> tuple[str, Any]:
     return "completion", body.model_copy(update={"prompt": body.prompt + c.text})
 
 
+def _carried_logprobs(request: EngineRequest) -> dict[str, Any]:
+    """A completion's `logprobs` asking what the request asked (chat: top_logprobs)."""
+    body = request.body
+    if request.kind == "completion":
+        return {} if body.logprobs is None else {"logprobs": body.logprobs}
+    return {"logprobs": body.top_logprobs or 0} if body.logprobs else {}
+
+
+def _chat_top(request: EngineRequest, kind: str) -> int | None:
+    """The alternatives per token a chat request continued as a completion keeps."""
+    if request.kind == "chat" and kind == "completion" and request.body.logprobs:
+        return request.body.top_logprobs or 0
+    return None
+
+
 def _raw_request(headers: Mapping[str, str]) -> Any:
     """A minimal Starlette request carrying pass-through headers (traceparent, request id)."""
     from starlette.requests import Request
@@ -246,15 +263,20 @@ def _raw_request(headers: Mapping[str, str]) -> Any:
     return Request(scope)
 
 
-async def deltas_from_sse(kind: str, events: AsyncIterator[str]) -> AsyncIterator[Delta]:
+async def deltas_from_sse(
+    kind: str, events: AsyncIterator[str], top_logprobs: int | None = None
+) -> AsyncIterator[Delta]:
     """vLLM SSE strings (with continuous usage) -> Deltas; the finish delta comes last and
     carries the final token counts. An error event raises (4xx -> EngineRequestError).
-    Token ids (return_token_ids) ride on the delta that delivers their text: ids of chunks
-    whose text vLLM held back wait for the next delta; the prompt's ride on the first."""
+    Token ids (return_token_ids) and log probabilities ride on the delta that delivers
+    their text: those of chunks whose text vLLM held back wait for the next delta; the
+    prompt's ids ride on the first. `top_logprobs` trims each token's alternatives (a chat
+    request continued as a completion, whose form has one more)."""
     prompt = output = 0
     finish: Delta | None = None
     prompt_ids: tuple[int, ...] = ()
     pending: list[int] = []  # ids whose text is not yielded yet
+    pending_lp: list[dict[str, Any]] = []  # and their log probabilities
     first = True
     async for event in events:
         for payload in _payloads(event):
@@ -267,6 +289,7 @@ async def deltas_from_sse(kind: str, events: AsyncIterator[str]) -> AsyncIterato
             for choice in payload.get("choices") or []:
                 prompt_ids = prompt_ids or tuple(choice.get("prompt_token_ids") or ())
                 pending += choice.get("token_ids") or ()
+                pending_lp += from_vllm(kind, choice.get("logprobs"))
                 delta = _choice_delta(kind, choice, prompt, output)
                 if delta.finish_reason is not None:
                     finish = delta
@@ -275,8 +298,9 @@ async def deltas_from_sse(kind: str, events: AsyncIterator[str]) -> AsyncIterato
                         delta,
                         token_ids=tuple(pending),
                         prompt_token_ids=prompt_ids if first else (),
+                        logprobs=_trimmed(pending_lp, top_logprobs),
                     )
-                    pending, first = [], False
+                    pending, pending_lp, first = [], [], False
     if finish is None:
         raise EngineError("vLLM stream ended without a finish reason")
     yield Delta(
@@ -288,7 +312,12 @@ async def deltas_from_sse(kind: str, events: AsyncIterator[str]) -> AsyncIterato
         finish.reasoning,
         token_ids=tuple(pending),
         prompt_token_ids=prompt_ids if first else (),
+        logprobs=_trimmed(pending_lp, top_logprobs),
     )
+
+
+def _trimmed(entries: list[dict[str, Any]], top: int | None) -> tuple[dict[str, Any], ...]:
+    return tuple(entries if top is None else trim(entries, top))
 
 
 def _payloads(event: str) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ class AdmittedCall:
     finish_reason: str | None = None
     span: Span | None = None
     closed: bool = field(default=False)
+    count: int = 1  # places it holds in the model's queue: its choices (n)
 
     def see(self, delta: Delta, now: float) -> None:
         if self.first is None and (delta.text or delta.tool_calls or delta.finish_reason):
@@ -75,36 +76,37 @@ class QueueShares:
         own = tenant.rate_limit.max_concurrent_requests
         return min(g, own) if own else g
 
-    def admit(self, model: str, tenant: Tenant) -> None:
-        """Count one request; ModelNotFoundError (404), OverloadedError (503, the model is
-        full) or RateLimitError (429, the tenant is past its fair share)."""
+    def admit(self, model: str, tenant: Tenant, count: int = 1) -> None:
+        """Count one request of `count` choices (each an engine sequence) as `count`
+        places; ModelNotFoundError (404), OverloadedError (503, the model is full) or
+        RateLimitError (429, the tenant is past its fair share)."""
         if model not in self.in_flight:
             raise ModelNotFoundError(model, sorted(self.in_flight))
         total, capacity = self.in_flight[model], self.capacity[model]
-        if total >= capacity:
+        if total + count > capacity:
             raise OverloadedError(
                 f"model {model!r} has {total} requests queued or running; retry later"
             )
         mine = self._mine[model].get(tenant.name, 0)
-        if self._shared(tenant) and mine >= self.guarantee(tenant):
+        if self._shared(tenant) and mine + count > self.guarantee(tenant):
             held = sum(
                 max(0, self.guarantee(u) - self._mine[model].get(u.name, 0))
                 for u in self._tenants
                 if u.name != tenant.name
             )
-            if total + 1 + held > capacity:
+            if total + count + held > capacity:
                 raise RateLimitError(
                     f"tenant {tenant.name!r} has {mine} requests queued or running on model "
                     f"{model!r}, its fair share while other tenants may need the rest; "
                     "retry later",
                     code="fair_share_exceeded",
                 )
-        self.in_flight[model] = total + 1
-        self._mine[model][tenant.name] = mine + 1
+        self.in_flight[model] = total + count
+        self._mine[model][tenant.name] = mine + count
 
-    def release(self, model: str, tenant: str) -> None:
-        self.in_flight[model] -= 1
-        left = self._mine[model].get(tenant, 0) - 1
+    def release(self, model: str, tenant: str, count: int = 1) -> None:
+        self.in_flight[model] -= count
+        left = self._mine[model].get(tenant, 0) - count
         if left > 0:
             self._mine[model][tenant] = left
         else:
@@ -141,10 +143,11 @@ def _text_tokens(text: str) -> int:
 
 def token_reservation(kind: str, body: Any, context: int | None) -> int:
     """Tokens to reserve at admission: prompt estimate + the output limit (max_tokens or
-    max_completion_tokens; without one, the rest of the context), at most the context.
-    (The ingress accepts n=1 only.)"""
+    max_completion_tokens; without one, the rest of the context), at most the context,
+    with the output counted once per choice (n); the prompt counts once, as in usage."""
     prompt = estimate_prompt_tokens(kind, body)
     limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
     if limit is None:
         limit = max(1, (context or prompt + 1) - prompt)
-    return min(prompt + limit, context) if context else prompt + limit
+    one = min(prompt + limit, context) if context else prompt + limit
+    return one + ((getattr(body, "n", None) or 1) - 1) * max(0, one - prompt)

@@ -44,6 +44,7 @@ from agentserve.serve import spans
 from agentserve.serve.admin import AdminGate, admin_lifespan
 from agentserve.serve.admission import AdmittedCall, QueueShares, token_reservation
 from agentserve.serve.backend import ModelBackend
+from agentserve.serve.fanout import fan_out
 from agentserve.serve.host_guard import OpenModeGuard, trusted_hosts
 from agentserve.serve.http_errors import error_body, install_error_handlers
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
@@ -94,18 +95,21 @@ class _Ingress:
         self.metrics.set_slas(sla_objectives(self.spec, tenants))
 
     # -- admission ---------------------------------------------------------------------
-    def admit(self, model: str, tenant: Tenant, reserve_tokens: int = 0) -> AdmittedCall:
-        """Take a place in the model's queue (404, 503 full, 429 past the tenant's fair
-        share) and in the tenant's limits, reserving `reserve_tokens` (429)."""
-        self.shares.admit(model, tenant)
+    def admit(
+        self, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
+    ) -> AdmittedCall:
+        """Take `count` places (its choices) in the model's queue (404, 503 full, 429 past
+        the tenant's fair share) and one in the tenant's limits, reserving
+        `reserve_tokens` (429)."""
+        self.shares.admit(model, tenant, count)
         try:
             lease = self.limiter.admit(tenant, reserve_tokens)
         except BaseException:
-            self.shares.release(model, tenant.name)
+            self.shares.release(model, tenant.name, count)
             raise
         self.metrics.in_flight.labels(model).inc()
         self.metrics.queued.labels(model).inc()
-        return AdmittedCall(model, tenant.name, self.clock(), lease)
+        return AdmittedCall(model, tenant.name, self.clock(), lease, count=count)
 
     def close(self, call: AdmittedCall, status: int) -> None:
         if call.closed:
@@ -113,7 +117,7 @@ class _Ingress:
         call.closed = True
         if call.first is None:
             self.metrics.queued.labels(call.model).dec()
-        self.shares.release(call.model, call.tenant)
+        self.shares.release(call.model, call.tenant, call.count)
         self.metrics.in_flight.labels(call.model).dec()
         call.lease.finish(call.prompt_tokens + call.output_tokens)
         self.metrics.observe_request(
@@ -151,7 +155,7 @@ class _Ingress:
             raw = await read_body(request, self.spec.server.max_request_body_bytes)
             body = await self.parser.parse(kind, raw)  # heavy ones off the event loop
             reserve = token_reservation(kind, body, self.max_model_len.get(body.model))
-            call = self.admit(body.model, tenant, reserve)
+            call = self.admit(body.model, tenant, reserve, count=body.n or 1)
         except APIError as err:  # rejected before admission: 400/401/404/429/503
             spans.end_ingress(span, err.status)
             raise
@@ -159,16 +163,19 @@ class _Ingress:
         status = 500
         try:
             engine_request = self._engine_request(kind, body, request, tenant, span)
-            stream = migrating(  # continues on another replica when this one dies
-                self.backends[body.model].generate,
+            stream = fan_out(  # n > 1: one engine request per choice, merged
                 engine_request,
-                self.spec.server.max_migrations,
-                on_migrate=lambda _: self.metrics.migrations.labels(body.model).inc(),
+                lambda r: migrating(  # continues on another replica when this one dies
+                    self.backends[body.model].generate,
+                    r,
+                    self.spec.server.max_migrations,
+                    on_migrate=lambda _: self.metrics.migrations.labels(body.model).inc(),
+                ),
             )
             first = await self._first_or_hold(body.model, stream)
             self.see(call, first)
             builder = ResponseBuilder(
-                kind, engine_request.request_id, body.model, _include_usage(body)
+                kind, engine_request.request_id, body.model, _include_usage(body), body.n or 1
             )
             headers = {"x-request-id": request.headers.get("x-request-id", builder.id)}
             if body.stream:

@@ -1,6 +1,7 @@
-"""Issue 16 items 10-12: engine-steering fields refused at the ingress, logprobs refused
-rather than silently dropped; a client's trace flags cannot force sampling and oversized
-baggage is not passed on; vLLM fetches no remote media by default."""
+"""Issue 16 items 10-12: engine-steering fields refused at the ingress, prompt logprobs
+refused rather than silently dropped (output logprobs are served: issue 15); a client's
+trace flags cannot force sampling and oversized baggage is not passed on; vLLM fetches no
+remote media by default."""
 
 from __future__ import annotations
 
@@ -31,12 +32,11 @@ TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"  # sampled flag s
         ("completion", {"priority": 5}, "priority"),
         ("chat", {"prompt_logprobs": 1000}, "prompt_logprobs"),
         ("completion", {"prompt_logprobs": 1}, "prompt_logprobs"),
-        ("chat", {"logprobs": True}, "logprobs"),
-        ("chat", {"logprobs": True, "top_logprobs": 3}, "top_logprobs"),
-        ("completion", {"logprobs": 2}, "logprobs"),
+        ("chat", {"logprobs": True, "logprob_token_ids": [1, 2]}, "logprob_token_ids"),
+        ("completion", {"logprobs": 1, "echo": True}, "echo"),
     ],
 )
-def test_engine_steering_and_logprob_fields_are_400(kind, extra, param):
+def test_engine_steering_and_prompt_logprob_fields_are_400(kind, extra, param):
     base = CHAT if kind == "chat" else COMPLETION
     with pytest.raises(InvalidRequestError) as err:
         parse_request(kind, {**base, **extra})
@@ -44,7 +44,14 @@ def test_engine_steering_and_logprob_fields_are_400(kind, extra, param):
 
 
 @pytest.mark.parametrize(
-    "extra", [{"priority": 0}, {"logprobs": False}, {"top_logprobs": 0}, {"chat_template": None}]
+    "extra",
+    [
+        {"priority": 0},
+        {"logprobs": False},
+        {"top_logprobs": 0},
+        {"chat_template": None},
+        {"logprobs": True, "top_logprobs": 20},  # output log probabilities are served
+    ],
 )
 def test_defaults_of_those_fields_pass(extra):
     parse_request("chat", {**CHAT, **extra})
