@@ -91,10 +91,13 @@ class ResponsesRequest:
         _check_include(data.get("include"))
         chat: dict[str, Any] = {k: data[k] for k in _SAME if data.get(k) is not None}
         chat["messages"] = _messages(data.get("instructions"), data.get("input"))
-        if data.get("max_output_tokens") is not None:
-            chat["max_completion_tokens"] = data["max_output_tokens"]
+        limit = data.get("max_output_tokens")
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise _bad("'max_output_tokens' must be a positive integer.", "max_output_tokens")
+            chat["max_completion_tokens"] = limit
         if data.get("tools") is not None:
-            chat["tools"] = _tools(data["tools"])
+            chat["tools"] = _tools(data["tools"]) or None  # chat refuses an empty list
         if data.get("tool_choice") is not None:
             chat["tool_choice"] = _tool_choice(data["tool_choice"])
         fmt = _text_format(data.get("text"))
