@@ -17,9 +17,11 @@ messages; reasoning items from an earlier turn are dropped, as chat templates dr
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from agentserve.api.errors import InvalidRequestError
+from agentserve.api.errors import APIError, InvalidRequestError
+from agentserve.engine.protocol import EngineRequestError
 
 __all__ = ["ResponsesRequest"]
 
@@ -58,6 +60,13 @@ _REFUSED = {
     "context_management": "server-side context management is not available",
 }
 _KNOWN = frozenset(_SAME + _ECHOED + _TRANSLATED + tuple(_REFUSED))
+# chat names in a validation error -> the Responses names they came from
+_RENAMED = (
+    (re.compile(r"\bmax_completion_tokens\b"), "max_output_tokens"),
+    (re.compile(r"\btools\[(\d+)\]\.function\."), r"tools[\1]."),
+    (re.compile(r"\bresponse_format(\.json_schema)?\b"), "text.format"),
+    (re.compile(r"^messages\b.*"), "input"),  # messages[i] need not be input[i]
+)
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 
@@ -114,6 +123,16 @@ class ResponsesRequest:
             "text": data.get("text") or {"format": {"type": "text"}},
         }
         return chat
+
+    @staticmethod
+    def rename(err: APIError | EngineRequestError) -> None:
+        """Name the Responses parameters in an error the chat validation or the engine
+        raised for the translated request."""
+        for pattern, name in _RENAMED:
+            if err.param is not None:
+                err.param = pattern.sub(name, err.param)
+            if not pattern.pattern.startswith("^"):
+                err.message = pattern.sub(name, err.message)
 
 
 def _check_truncation(value: Any) -> None:

@@ -160,6 +160,8 @@ class _Ingress:
             reserve = token_reservation(kind, body, self.max_model_len.get(body.model))
             call = self.admit(body.model, tenant, reserve)
         except APIError as err:  # rejected before admission: 400/401/404/429/503
+            if responses is not None:
+                responses.rename(err)
             spans.end_ingress(span, err.status)
             raise
         call.span = span
@@ -198,6 +200,8 @@ class _Ingress:
             raise
         except EngineRequestError as err:
             status = err.status
+            if responses is not None:
+                responses.rename(err)
             raise
         except EngineUnavailableError:
             status = 503

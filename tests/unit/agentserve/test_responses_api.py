@@ -268,6 +268,14 @@ def test_text_format_json_schema_becomes_response_format(served):
         ),
         ({"text": {"format": {"type": "xml"}}}, "text.format.type", "must be one of"),
         ({"max_output_tokens": 0}, "max_output_tokens", "positive"),
+        # the chat validation's errors name the Responses parameters
+        ({"max_output_tokens": 999}, "max_output_tokens", "'max_output_tokens' is 999"),
+        (
+            {"tools": [{"type": "function", "name": "a b"}]},
+            "tools[0].name",
+            r"Invalid 'tools\[0\]\.name'",
+        ),
+        ({"tool_choice": "required"}, "tool_choice", "tools"),
     ],
 )
 def test_unsupported_requests_are_refused_with_400(served, extra, param, match):
@@ -276,9 +284,17 @@ def test_unsupported_requests_are_refused_with_400(served, extra, param, match):
 
     with pytest.raises(openai.BadRequestError, match=match) as caught:
         asyncio.run(run())
-    if param is not None:
-        assert caught.value.body["param"] == param
+    assert caught.value.body["param"] == param
     assert not served.engine.requests
+
+
+def test_engine_errors_name_the_responses_parameters(served):
+    async def run():
+        return await served.client().responses.create(model="m", input="x " * 300)
+
+    with pytest.raises(openai.BadRequestError, match="context length") as caught:
+        asyncio.run(run())
+    assert caught.value.body["param"] == "input"
 
 
 def test_store_is_accepted_and_nothing_is_stored(served):
@@ -324,3 +340,41 @@ def test_engine_death_mid_stream_is_an_error_event(served):
 
     with pytest.raises(openai.APIError):
         asyncio.run(run())
+
+
+def test_builder_orders_reasoning_text_and_calls_as_items():
+    from agentserve.api.responses_render import ResponsesBuilder
+    from agentserve.engine.protocol import Delta
+
+    call = {"index": 0, "id": "call_9", "type": "function", "function": {"name": "f"}}
+    args = {"index": 0, "function": {"arguments": '{"a": 1}'}}
+    deltas = [
+        Delta(reasoning="think", prompt_tokens=4, completion_tokens=1),
+        Delta(reasoning=" more", text="Sure", prompt_tokens=4, completion_tokens=3),
+        Delta(text=".", tool_calls=(call,), prompt_tokens=4, completion_tokens=5),
+        Delta(tool_calls=(args,), finish_reason="tool_calls", prompt_tokens=4, completion_tokens=7),
+    ]
+    streamed = ResponsesBuilder("r1", "m", {})
+    frames = streamed.start() + b"".join(streamed.delta(d) for d in deltas) + streamed.end(4, 7)
+    events = [json.loads(f.split(b"\ndata: ")[1]) for f in frames.split(b"\n\n") if f]
+    final = ResponsesBuilder("r1", "m", {}).final(deltas)
+    assert [i["type"] for i in final["output"]] == ["reasoning", "message", "function_call"]
+    reasoning, message, function = final["output"]
+    assert reasoning["content"][0]["text"] == "think more"
+    assert message["content"][0]["text"] == "Sure."
+    assert function["arguments"] == '{"a": 1}' and function["call_id"] == "call_9"
+    assert final["usage"]["total_tokens"] == 11 and final["status"] == "completed"
+    assert [e["item"]["type"] for e in events if e["type"] == "response.output_item.done"] == [
+        "reasoning",
+        "message",
+        "function_call",
+    ]
+    reasoning_deltas = [e["delta"] for e in events if e["type"] == "response.reasoning_text.delta"]
+    assert "".join(reasoning_deltas) == "think more"
+    completed = events[-1]["response"]
+
+    def without_ids(items):
+        return [{k: v for k, v in item.items() if k != "id"} for item in items]
+
+    assert without_ids(completed["output"]) == without_ids(final["output"])
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
