@@ -96,6 +96,7 @@ class ResponsesRequest:
         for name, why in _REFUSED.items():
             if data.get(name) not in (None, False):
                 raise _unsupported(name, why)
+        _check_echoed(data)
         _check_truncation(data.get("truncation"))
         _check_include(data.get("include"))
         chat: dict[str, Any] = {k: data[k] for k in _SAME if data.get(k) is not None}
@@ -133,6 +134,34 @@ class ResponsesRequest:
                 err.param = pattern.sub(name, err.param)
             if not pattern.pattern.startswith("^"):
                 err.message = pattern.sub(name, err.message)
+
+
+# echoed parameter -> (JSON type, its name in errors)
+_ECHO_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "metadata": (dict, "an object of strings"),
+    "store": (bool, "a boolean"),
+    "service_tier": (str, "a string"),
+    "safety_identifier": (str, "a string"),
+    "prompt_cache_key": (str, "a string"),
+    "prompt_cache_retention": (str, "a string"),
+    "max_tool_calls": (int, "a positive integer"),
+    "stream_options": (dict, "an object"),
+}
+
+
+def _check_echoed(data: dict[str, Any]) -> None:
+    """The parameters only echoed must still have their documented types."""
+    for name, (kind, what) in _ECHO_TYPES.items():
+        value = data.get(name)
+        if value is None:
+            continue
+        wrong = not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+        wrong = wrong or (name == "max_tool_calls" and value < 1)
+        wrong = wrong or (
+            name == "metadata" and not all(isinstance(v, str) for v in value.values())
+        )
+        if wrong:
+            raise _bad(f"'{name}' must be {what}.", name)
 
 
 def _check_truncation(value: Any) -> None:

@@ -8,7 +8,7 @@ limits, tokens reserved) -> backend.generate (through serve/migrate.py: a
 request whose replica dies continues on another) -> first delta (engine 4xx
 surface here as JSON errors; with no ready replica it is awaited at most
 cold_start_hold_timeout_s, then 503 + Retry-After) -> JSON or SSE. Every exit records
-metrics once.
+metrics once. /v1/responses is a chat completion on this path (api/responses.py).
 """
 
 from __future__ import annotations
