@@ -155,7 +155,7 @@ class _Ingress:
         try:
             tenant = self.tenants.resolve(request.headers.get("authorization"))
             raw = await read_body(request, self.spec.server.max_request_body_bytes)
-            translate = responses.translate if responses else None
+            translate = responses.translate if responses is not None else None
             body = await self.parser.parse(kind, raw, translate)  # heavy ones off the loop
             reserve = token_reservation(kind, body, self.max_model_len.get(body.model))
             call = self.admit(body.model, tenant, reserve)

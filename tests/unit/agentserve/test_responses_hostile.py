@@ -67,3 +67,27 @@ def test_echoed_parameters_keep_their_types():
         assert response.status_code == 400 and response.json()["error"]["param"] == name
     ok = asyncio.run(post({"model": "m", "input": "hi", "metadata": {"k": "v"}}))
     assert ok.status_code == 200 and ok.json()["metadata"] == {"k": "v"}
+
+
+def test_a_large_body_is_translated_on_the_validation_worker():
+    """Past INLINE_BODY_BYTES the body is decoded, translated and validated off the
+    event loop (serve/parsing.py): the result is the same."""
+    from agentserve.serve.parsing import INLINE_BODY_BYTES
+
+    served = Served()
+    tool = {
+        "type": "function",
+        "name": "lookup",
+        "description": "d" * (INLINE_BODY_BYTES + 10),
+        "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+    }
+
+    async def run():
+        client = served.client()
+        return await client.responses.create(
+            model="m", input="cat", tools=[tool], tool_choice="required"
+        )
+
+    (call,) = asyncio.run(run()).output
+    assert call.type == "function_call" and call.arguments == '{"word": "cat"}'
+    assert len(served.engine.requests[-1].body.tools[0].function.description) > INLINE_BODY_BYTES
