@@ -1,9 +1,9 @@
 """`agentserve up` with no spec, as the README runs it (plus `--traces`): local Ray, vLLM
 (CPU build), the bundled model with the speculation measured fastest for it
-(agentserve.drafters' DEFAULT_SPECULATION, n-gram today); the openai client; speculation
-visibly drafting in /metrics and `agentserve status`; examples 01 and 02 unchanged against
-it (02's trace read back from Phoenix down to the decode span); Ctrl-C. One engine start
-(~2 min on CPU) for all of it.
+(agentserve.drafters' DEFAULT_SPECULATION, n-gram today); the openai client (chat
+completions and /v1/responses); speculation visibly drafting in /metrics and `agentserve
+status`; examples 01 and 02 unchanged against it (02's trace read back from Phoenix down to
+the decode span); Ctrl-C. One engine start (~2 min on CPU) for all of it.
 
 Run: .venv/bin/python -m pytest -q -m slow tests/integration/test_up_real.py
 """
@@ -232,6 +232,29 @@ def test_n_choices_with_a_seed_are_reproducible(server):
         for c in chunk.choices:
             streamed[c.index] += c.delta.content or ""
     assert streamed == {0: texts[0], 1: texts[1]}
+
+
+def test_responses_api_text_and_stream(server):
+    """/v1/responses (the OpenAI Agents SDK's default interface) on the real engine:
+    the openai client's responses.create, plain and streamed, gives text and usage."""
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+    reply = client.responses.create(
+        model=BUNDLED_MODEL,
+        instructions="Answer in one short sentence.",
+        input="Name a colour.",
+        max_output_tokens=24,
+        temperature=0,
+    )
+    assert reply.status in ("completed", "incomplete") and reply.output_text.strip()
+    assert reply.usage.input_tokens > 5 and reply.usage.output_tokens > 0
+    stream = client.responses.create(
+        model=BUNDLED_MODEL, input="Say hello.", max_output_tokens=16, stream=True
+    )
+    events = list(stream)
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    last = events[-1]
+    assert text.strip() and last.type in ("response.completed", "response.incomplete")
+    assert last.response.output_text == text and last.response.usage.output_tokens > 0
 
 
 def test_ctrl_c_stops_cleanly(server):

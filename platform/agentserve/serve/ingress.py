@@ -8,7 +8,7 @@ limits, tokens reserved) -> backend.generate (through serve/migrate.py: a
 request whose replica dies continues on another) -> first delta (engine 4xx
 surface here as JSON errors; with no ready replica it is awaited at most
 cold_start_hold_timeout_s, then 503 + Retry-After) -> JSON or SSE. Every exit records
-metrics once.
+metrics once. /v1/responses is a chat completion on this path (api/responses.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from agentserve.api.cache_salt import CacheSalter
 from agentserve.api.errors import APIError, OverloadedError
 from agentserve.api.openai import ResponseBuilder
 from agentserve.api.quota import RateLimiter
-from agentserve.api.sse import DONE, sse_event
+from agentserve.api.responses import ResponsesRequest
+from agentserve.api.responses_render import ResponsesBuilder
+from agentserve.api.sse import ChatFrames
 from agentserve.engine.protocol import (
     Delta,
     EngineError,
@@ -148,15 +150,22 @@ class _Ingress:
             self.metrics.queued.labels(call.model).dec()
 
     # -- generation --------------------------------------------------------------------
-    async def complete(self, kind: RequestKind, request: Request) -> Response:
+    async def complete(
+        self, kind: RequestKind, request: Request, responses: ResponsesRequest | None = None
+    ) -> Response:
+        """A chat or text completion; with `responses`, a /v1/responses request served
+        as the chat completion it translates to (api/responses.py)."""
         span = spans.start_ingress(self.tracer, kind, request.headers)
         try:
             tenant = self.tenants.resolve(request.headers.get("authorization"))
             raw = await read_body(request, self.spec.server.max_request_body_bytes)
-            body = await self.parser.parse(kind, raw)  # heavy ones off the event loop
+            translate = responses.translate if responses is not None else None
+            body = await self.parser.parse(kind, raw, translate)  # heavy ones off the loop
             reserve = token_reservation(kind, body, self.max_model_len.get(body.model))
             call = self.admit(body.model, tenant, reserve, count=body.n or 1)
         except APIError as err:  # rejected before admission: 400/401/404/429/503
+            if responses is not None:
+                responses.rename(err)
             spans.end_ingress(span, err.status)
             raise
         call.span = span
@@ -174,13 +183,18 @@ class _Ingress:
             )
             first = await self._first_or_hold(body.model, stream)
             self.see(call, first)
-            builder = ResponseBuilder(
-                kind, engine_request.request_id, body.model, _include_usage(body), body.n or 1
-            )
+            if responses is not None:
+                builder = ResponsesBuilder(engine_request.request_id, body.model, responses.echo)
+                frames = builder
+            else:
+                builder = ResponseBuilder(
+                    kind, engine_request.request_id, body.model, _include_usage(body), body.n or 1
+                )
+                frames = ChatFrames(builder)
             headers = {"x-request-id": request.headers.get("x-request-id", builder.id)}
             if body.stream:
                 status = 200
-                events = self._sse(call, builder, first, stream)
+                events = self._sse(call, frames, first, stream)
                 return StreamingResponse(events, media_type="text/event-stream", headers=headers)
             deltas = await self._collect(call, first, stream, request)
             if deltas is None:  # the client went away: generation aborted
@@ -193,6 +207,8 @@ class _Ingress:
             raise
         except EngineRequestError as err:
             status = err.status
+            if responses is not None:
+                responses.rename(err)
             raise
         except EngineUnavailableError:
             status = 503
@@ -251,33 +267,31 @@ class _Ingress:
     async def _sse(
         self,
         call: AdmittedCall,
-        builder: ResponseBuilder,
+        frames: ChatFrames | ResponsesBuilder,
         first: Delta,
         stream: AsyncIterator[Delta],
     ) -> AsyncIterator[bytes]:
-        """SSE bytes: role chunk, one chunk per delta, usage chunk, [DONE]; closes `call`."""
+        """SSE bytes (api/sse.py's frames: start, one frame per delta, end); closes `call`."""
         status = 200
         try:
-            opening = builder.first_chunk()
-            if opening is not None:
-                yield sse_event(opening)
-            yield sse_event(builder.chunk(first))
+            for frame in (frames.start(), frames.delta(first)):
+                if frame:
+                    yield frame
             async for delta in stream:
                 self.see(call, delta)
-                yield sse_event(builder.chunk(delta))
-            if builder.include_usage:
-                yield sse_event(builder.usage_chunk(call.prompt_tokens, call.output_tokens))
-            yield DONE
+                if frame := frames.delta(delta):
+                    yield frame
+            yield frames.end(call.prompt_tokens, call.output_tokens)
         except EngineError as err:  # after the 200 header: report in-band, OpenAI style
             status = getattr(err, "status", 503 if isinstance(err, EngineUnavailableError) else 500)
-            yield sse_event(error_body(err))
+            yield frames.error(error_body(err))
         except (asyncio.CancelledError, GeneratorExit):  # the client went away
             status = CLIENT_CLOSED
             raise
         except Exception:  # a bug mid-stream: still end the stream with an error event
             log.exception("unhandled error in a stream")
             status = 500
-            yield sse_event(error_body(RuntimeError()))
+            yield frames.error(error_body(RuntimeError()))
         finally:
             await _aclose(stream)
             self.close(call, status)
@@ -398,6 +412,10 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await ingress.complete("chat", request)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await ingress.complete("chat", request, ResponsesRequest())
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -43,31 +43,45 @@ class RequestParser:
         self.cache = SchemaCache()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="agentserve-validate")
 
-    async def parse(self, kind: RequestKind, raw: bytes) -> Any:
+    async def parse(
+        self, kind: RequestKind, raw: bytes, translate: Callable[[Any], Any] | None = None
+    ) -> Any:
         """InvalidRequestError (400) for a bad request, OverloadedError (503) when the
-        validation worker is too busy to start it within the time limit."""
+        validation worker is too busy to start it within the time limit. `translate`
+        maps the decoded body first (a /v1/responses body to a chat one)."""
         if len(raw) <= INLINE_BODY_BYTES:
             data = decode_json(raw)
+            if translate is not None:
+                data = translate(data)
             if not (isinstance(data, dict) and has_schemas(data)):
                 return parse_request(kind, data, self.max_model_len)
             check_tool_limits(data)  # the cheap refusal needs no thread
         else:
             data = None
         deadline = time.monotonic() + self.timeout_s
-        job = partial(self._parse, kind, raw, data, deadline)
+        job = partial(self._parse, kind, raw, data, deadline, translate)
         future = asyncio.get_running_loop().run_in_executor(self._worker, job)
         try:
             return await asyncio.wait_for(future, self.timeout_s + 0.5)
         except TimeoutError:
             raise ValidationTimeoutError(self.timeout_s) from None
 
-    def _parse(self, kind: RequestKind, raw: bytes, data: Any, deadline: float) -> Any:
+    def _parse(
+        self,
+        kind: RequestKind,
+        raw: bytes,
+        data: Any,
+        deadline: float,
+        translate: Callable[[Any], Any] | None,
+    ) -> Any:
         if time.monotonic() > deadline:
             raise OverloadedError(
                 "the ingress is busy validating other requests' schemas; retry later"
             )
         if data is None:
             data = decode_json(raw)
+            if translate is not None:
+                data = translate(data)
         return parse_request(
             kind, data, self.max_model_len, schema_cache=self.cache, deadline=deadline
         )
