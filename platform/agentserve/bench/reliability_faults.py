@@ -96,7 +96,11 @@ def _kill_run(base: str, requests: int, kill_after: int) -> tuple[list, list, di
         while finished[0] < kill_after:
             time.sleep(0.02)
         while finished[0] < requests:
-            ongoing = {name: h.ongoing_requests(name) for name in names}
+            try:
+                ongoing = {name: h.ongoing_requests(name) for name in names}
+            except Exception as err:  # a replica busy past the poll's timeout: poll again
+                at.setdefault("poll_errors", []).append(type(err).__name__)
+                continue
             victim = max(names, key=ongoing.__getitem__)
             if ongoing[victim] >= KILL_AT_ONGOING:
                 h.kill_replica(victim)
