@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
+from example_runner import run_example
 from phoenix_api import ancestry, phoenix_spans
 from tool_binaries import find_binary
 from trace_ui import api_paths, render, rendered_paths, trace_url
@@ -68,22 +67,8 @@ def platform(start_up, tmp_path_factory):
 
 def _run_example(platform, script: str, *args: str, **env: str) -> str:
     server, _ = platform
-    environ = {
-        **os.environ,
-        "AGENTSERVE_BASE_URL": f"{server.url}/v1",
-        "AGENTSERVE_API_KEY": INTERACTIVE_KEY,
-        "NO_PROXY": "127.0.0.1,localhost",
-        **env,
-    }
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=environ,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    key = {"AGENTSERVE_API_KEY": INTERACTIVE_KEY, "NO_PROXY": "127.0.0.1,localhost"}
+    return run_example(script, f"{server.url}/v1", *args, **(key | env))
 
 
 def test_01_chat(platform):
