@@ -73,6 +73,7 @@ class ModelReplica:
         self.speculative_tokens = speculative_tokens(model, self.engine)
         self.windows = ReplicaStats(window_s)
         self.health_failures = 0  # consecutive failed probes of the watchdog
+        _import_request_types()
         await self.engine.start()
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_engine())
 
@@ -154,3 +155,12 @@ def _kill_this_actor() -> None:
     import ray
 
     ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+
+def _import_request_types() -> None:
+    """Import the classes of the request bodies (vLLM's protocol models) while the replica
+    starts, not when the first request is unpickled: those imports (vLLM, torch) took
+    seconds on the event loop, which stalled every stream and made the replica's own
+    health probes fail (an engine that does not import vLLM itself, like the fake one,
+    left them to the first request)."""
+    import agentserve.api.openai  # noqa: F401
