@@ -25,11 +25,12 @@ def ray_serve():
 
 def test_killed_replica_streams_migrate_and_complete():
     outcome = faults.replica_killed_mid_stream()
-    assert (outcome.requests, outcome.lost, outcome.errors_5xx) == (100, 0, 0)
-    assert outcome.restarts >= 1, "Serve replaces the killed replica"
-    assert outcome.details["migrating"]["ongoing_at_kill"][0] >= faults.KILL_AT_ONGOING
-    assert outcome.details["migrating"]["migrations"] >= 1
-    assert outcome.details["control_without_migration"]["lost"] > 0
+    details = outcome.details
+    assert (outcome.requests, outcome.lost, outcome.errors_5xx) == (100, 0, 0), details
+    assert outcome.restarts >= 1, ("Serve replaces the killed replica", details)
+    assert details["migrating"]["ongoing_at_kill"][0] >= faults.KILL_AT_ONGOING, details
+    assert details["migrating"]["migrations"] >= 1, details
+    assert details["control_without_migration"]["lost"] > 0, details
 
 
 def test_crashed_engine_streams_migrate_and_the_replica_is_replaced():

@@ -128,12 +128,16 @@ def replica_names() -> set[str]:
     }  # fmt: skip
 
 
-def ongoing_requests(name: str) -> int:
-    """Requests a replica actor is serving now (Serve's own replica queue length)."""
+def ongoing_requests(names: list[str]) -> dict[str, int]:
+    """Requests each replica actor is serving now (Serve's own replica queue length), asked
+    of all replicas at once so one slow answer does not age the others'."""
     import ray
 
-    actor = ray.get_actor(name, namespace="serve")
-    return int(ray.get(actor.get_num_ongoing_requests.remote(), timeout=10))
+    refs = [
+        ray.get_actor(name, namespace="serve").get_num_ongoing_requests.remote()
+        for name in names
+    ]
+    return dict(zip(names, (int(n) for n in ray.get(refs, timeout=10)), strict=True))
 
 
 def kill_replica(name: str) -> None:
