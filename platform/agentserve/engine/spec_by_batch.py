@@ -76,9 +76,12 @@ def counts_delta(now: Iterable[BatchCounts], then: Iterable[BatchCounts]) -> lis
     return out
 
 
-def vllm_stat_logger(acc: SpecByBatch) -> Callable[[Any, int], Any]:
+def vllm_stat_logger(
+    acc: SpecByBatch, on_step: Callable[[int, int], None] | None = None
+) -> Callable[[Any, int], Any]:
     """A vLLM per-engine stat-logger factory (AsyncLLM.from_engine_args(stat_loggers=[..]))
-    that adds each step's spec-decode stats to `acc` under that step's running batch.
+    that adds each step's spec-decode stats to `acc` under that step's running batch, and
+    calls `on_step(running, waiting)` for every step the engine reports (its progress).
     Imports vLLM when called."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
@@ -87,6 +90,8 @@ def vllm_stat_logger(acc: SpecByBatch) -> Callable[[Any, int], Any]:
             self.engine_index = engine_index
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+            if on_step is not None and scheduler_stats is not None:
+                on_step(scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs)
             spec = getattr(scheduler_stats, "spec_decoding_stats", None)
             if spec is None:
                 return

@@ -6,7 +6,9 @@ decoding via speculative_config, abort) and OpenAIServingChat / OpenAIServingCom
 parameters, context-length checks). This class only adapts their SSE output to Deltas:
 it asks for continuous usage stats so every delta carries cumulative token counts, and
 for token ids, so a request whose replica dies can continue elsewhere from the exact
-tokens (`continuation_body`). A dead AsyncLLM surfaces as EngineDeadError.
+tokens (`continuation_body`). A dead AsyncLLM surfaces as EngineDeadError; a hung one
+(no engine step for health_check_timeout_s while requests are in flight) fails `health`,
+which vLLM's own check_health cannot see (engine/progress.py).
 vLLM is imported in start(), so importing this module stays cheap.
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.engine.logprobs import from_vllm, trim
+from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
     Delta,
     EngineDeadError,
@@ -74,6 +77,8 @@ class VLLMEngine:
         self._client: Any = None
         self._serving: dict[str, Any] = {}
         self._by_batch = SpecByBatch()  # fed per engine step by a vLLM stat logger
+        self._progress = StepProgress()  # ... and marks each step (a hung engine has none)
+        self._watch_steps = False
 
     async def start(self) -> None:
         """Load the model and start AsyncLLM (minutes on CPU: torch.compile warm-up)."""
@@ -94,7 +99,8 @@ class VLLMEngine:
         )
         kwargs = await asyncio.to_thread(engine_kwargs, self.spec, model_dir, **self._overrides)
         engine_args = AsyncEngineArgs(**kwargs)
-        loggers = [vllm_stat_logger(self._by_batch)]
+        self._watch_steps = not kwargs.get("disable_log_stats")  # steps come with stats
+        loggers = [vllm_stat_logger(self._by_batch, on_step=self._progress.step)]
         if needs_placement_group(kwargs):  # TP x PP > 1: workers in the replica's bundles
             config = await asyncio.to_thread(config_in_placement_group, engine_args)
             self._client = AsyncLLM.from_vllm_config(config, stat_loggers=loggers)
@@ -128,6 +134,7 @@ class VLLMEngine:
             raise EngineUnavailableError(f"vLLM engine for {self.model_name!r} is not started")
         body = _streaming_body(body, request.request_id)
         raw = _raw_request({**request.headers, "x-request-id": request.request_id})
+        self._progress.begin()
         try:
             if kind == "chat":
                 result = await serving.create_chat_completion(body, raw)
@@ -147,6 +154,8 @@ class VLLMEngine:
             if client_error is not None:
                 raise client_error from err
             raise
+        finally:
+            self._progress.end()
 
     async def abort(self, request_id: str) -> None:
         if self._client is not None:
@@ -159,6 +168,12 @@ class VLLMEngine:
             await self._client.check_health()
         except Exception as err:  # vLLM raises EngineDeadError and others
             raise EngineUnavailableError(f"vLLM engine unhealthy: {err}") from err
+        stalled_s = self._progress.stalled_for() if self._watch_steps else 0.0
+        if stalled_s > self.spec.replicas.health_check_timeout_s:
+            raise EngineUnavailableError(
+                f"vLLM engine hung: no engine step for {stalled_s:.0f} s with "
+                f"{self._progress.owed} requests waiting on it"
+            )
 
     async def stats(self) -> EngineStats:
         from vllm.v1.metrics.reader import get_metrics_snapshot

@@ -154,7 +154,22 @@ class ModelReplica:
 def _kill_this_actor() -> None:
     import ray
 
+    _kill_child_processes()
     ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+
+def _kill_child_processes() -> None:
+    """SIGKILL this process's descendants (vLLM's engine core): a hung or stopped one
+    would outlive the actor and keep its memory; SIGKILL works on a stopped process."""
+    try:
+        import psutil  # a vLLM dependency; an engine without child processes needs none
+    except ImportError:
+        return
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
 
 
 def _import_request_types() -> None:

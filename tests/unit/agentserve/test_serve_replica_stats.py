@@ -203,3 +203,15 @@ def test_vllm_stat_logger_adds_each_step_under_its_running_batch():
     logger.record(SchedulerStats(num_running_reqs=3), None)  # no drafting this step
     logger.record(None, None)
     assert acc.snapshot() == ((2, 2, 14, 6),)
+
+
+def test_vllm_stat_logger_reports_every_step_with_the_requests_the_scheduler_holds():
+    from agentserve.engine.spec_by_batch import vllm_stat_logger
+    from vllm.v1.metrics.stats import SchedulerStats
+
+    steps: list[tuple[int, int]] = []
+    logger = vllm_stat_logger(SpecByBatch(), on_step=lambda *load: steps.append(load))(None, 0)
+    logger.record(SchedulerStats(num_running_reqs=3, num_waiting_reqs=2), None)
+    logger.record(SchedulerStats(), None)  # a step with nothing left
+    logger.record(None, None)  # no stats: not a step report
+    assert steps == [(3, 2), (0, 0)]
