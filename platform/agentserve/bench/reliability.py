@@ -5,7 +5,8 @@ A scenario is a plain function registered with `@scenario("name")`; it returns a
 `Outcome`. Tests call the same functions and assert on the outcome, so the figures in
 docs/benchmarks/reliability.json come from exactly the code the test suite checks.
 Scenario modules: agentserve.bench.reliability_faults, agentserve.bench.reliability_input,
-agentserve.bench.reliability_fuzz and agentserve.bench.reliability_tenants.
+agentserve.bench.reliability_fuzz, agentserve.bench.reliability_tenants (fake engine)
+and agentserve.bench.reliability_vllm (real vLLM replicas). Every record names its engine.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ SCENARIO_MODULES = (
     "agentserve.bench.reliability_input",
     "agentserve.bench.reliability_fuzz",
     "agentserve.bench.reliability_tenants",
+    "agentserve.bench.reliability_vllm",
 )
 
 
@@ -40,6 +42,7 @@ class Outcome:
     errors_5xx: int
     restarts: int
     details: dict[str, Any] = field(default_factory=dict)
+    engine: str = "fake"  # the replicas' engine: "fake" (deterministic) or "vllm" (real)
 
     @property
     def clean(self) -> bool:
@@ -93,11 +96,12 @@ def run_scenarios(names: list[str] | None = None) -> dict[str, dict[str, Any]]:
 
 
 def markdown_table(records: dict[str, dict[str, Any]]) -> str:
-    rows = ["| scenario | requests | lost | 5xx | restarts | wall s |", "|---|---|---|---|---|---|"]
+    rows = ["| scenario | engine | requests | lost | 5xx | restarts | wall s |"]
+    rows.append("|---|---|---|---|---|---|---|")
     for name, r in sorted(records.items()):
         rows.append(
-            f"| {name} | {r['requests']} | {r['lost']} | {r['errors_5xx']} | {r['restarts']} "
-            f"| {r['wall_s']} |"
+            f"| {name} | {r['engine']} | {r['requests']} | {r['lost']} | {r['errors_5xx']} "
+            f"| {r['restarts']} | {r['wall_s']} |"
         )
     return "\n".join(rows)
 
@@ -133,8 +137,9 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
     body = (
-        "Command: `agentserve bench reliability` (all scenarios, about 7 minutes; "
-        "`--only NAME` reruns one and replaces just its row)\n\n" + markdown_table(merged)
+        "Command: `agentserve bench reliability` (all scenarios, about 15 minutes with the "
+        "real-vLLM one; `--only NAME` reruns one and replaces just its row)\n\n"
+        + markdown_table(merged)
     )
     replace_section(docs / "reliability.md", "reliability-table", body)
     print(f"wrote {out} and the table in {docs / 'reliability.md'}")

@@ -72,17 +72,20 @@ def deploy(app: Any, *, wait: bool = True) -> None:
 
 
 @contextmanager
-def deployed(spec: Any, engine_factory: Any, num_replicas: int | None = None) -> Iterator[None]:
+def deployed(
+    spec: Any, engine_factory: Any, num_replicas: int | None = None, ready_s: float = 60.0
+) -> Iterator[None]:
     """APP deployed from `spec` (model replicas fixed at `num_replicas`, default the
-    spec's) until exit, then deleted; entered once every replica runs."""
+    spec's) until exit, then deleted; entered once every replica runs (within `ready_s`)."""
     from ray import serve
 
     deploy(app_for(spec, engine_factory, num_replicas))
     replicas = spec.models[0].replicas
     want = num_replicas or replicas.initial_replicas or replicas.max_replicas
-    if wait_for(lambda: running_replicas() == want and len(replica_names()) == want, 60) is None:
+    running = lambda: running_replicas() == want and len(replica_names()) == want  # noqa: E731
+    if wait_for(running, ready_s) is None:
         serve.delete(APP)
-        raise RuntimeError(f"{want} replicas were not running within 60 s")
+        raise RuntimeError(f"{want} replicas were not running within {ready_s:.0f} s")
     try:
         yield
     finally:
@@ -134,10 +137,18 @@ def ongoing_requests(names: list[str]) -> dict[str, int]:
     import ray
 
     refs = [
-        ray.get_actor(name, namespace="serve").get_num_ongoing_requests.remote()
-        for name in names
+        ray.get_actor(name, namespace="serve").get_num_ongoing_requests.remote() for name in names
     ]
     return dict(zip(names, (int(n) for n in ray.get(refs, timeout=10)), strict=True))
+
+
+def replica_pid(name: str) -> int:
+    """The process id of a replica actor (from Ray's actor table; no dashboard needed)."""
+    import ray
+    from ray._private.state import state
+
+    actor = ray.get_actor(name, namespace="serve")
+    return int(state.actor_table(actor._actor_id.hex())["Pid"])
 
 
 def kill_replica(name: str) -> None:

@@ -18,6 +18,7 @@ acceptance by batch size (serve/replica_stats.py), which the SLA policy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
@@ -166,10 +167,8 @@ def _kill_child_processes() -> None:
     except ImportError:
         return
     for child in psutil.Process().children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.Error):  # already gone
             child.kill()
-        except psutil.Error:
-            pass
 
 
 def _import_request_types() -> None:

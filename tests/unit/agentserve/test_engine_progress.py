@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import EngineUnavailableError
 from agentserve.engine.vllm_engine import VLLMEngine
