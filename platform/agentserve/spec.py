@@ -252,6 +252,7 @@ SPEC_OWNED_ENGINE_ARGS = {
     "kv_cache_dtype": "kv_cache_dtype",
     "max_num_batched_tokens": "max_num_batched_tokens",
     "enable_prefix_caching": "enable_prefix_caching",
+    "scheduling_policy": "priority_scheduling",
     "revision": "revision",
     "tokenizer_revision": "revision",
     "download_dir": "(the Hugging Face cache: HF_HOME / AGENTSERVE_HF_HOME)",
@@ -323,6 +324,13 @@ class ModelSpec(_Spec):
     )
     enable_prefix_caching: bool = Field(
         True, description="Reuse the KV cache of shared prompt prefixes (agent system prompts)."
+    )
+    priority_scheduling: bool = Field(
+        True,
+        description="vLLM's priority scheduling: each request carries its tenant class's "
+        "priority (batch after the others; the ingress sets it, never the client), so the "
+        "engine's queue serves other classes first and, short of KV cache, preempts batch "
+        "requests first. Off: first come, first served.",
     )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,

@@ -46,6 +46,7 @@ class AdmittedCall:
     span: Span | None = None
     closed: bool = field(default=False)
     count: int = 1  # places it holds in the model's queue: its choices (n)
+    sent: int = 0  # slots it holds toward the model's replicas (serve/priority.py)
 
     def see(self, delta: Delta, now: float) -> None:
         if self.first is None and (delta.text or delta.tool_calls or delta.finish_reason):

@@ -31,6 +31,7 @@ from agentserve.engine.protocol import (
     EngineUnavailableError,
 )
 from agentserve.placement import replica_placement
+from agentserve.serve.priority import replica_slots
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
 from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, ModelSpec, SLASpec, TenantSpec
 from agentserve.tenant_config import (
@@ -186,9 +187,10 @@ def deployment_options(
     options: dict[str, Any] = {
         "name": deployment_name(model.name),
         **replica_placement(model),  # ray_actor_options (+ placement group when TP x PP > 1)
-        # the engine batches up to max_num_seqs; a few more wait inside it, the rest at
-        # the router, bounded by max_queue_len (then BackPressureError -> 503)
-        "max_ongoing_requests": 2 * model.max_num_seqs,
+        # the engine batches up to max_num_seqs and queues as many again; the ingress sends
+        # no more than that per ready replica (serve/priority.py), the rest wait there in
+        # deadline order; the router's own queue is bounded by max_queue_len (then 503)
+        "max_ongoing_requests": replica_slots(model),
         "max_queued_requests": spec.server.max_queue_len,
         # a stuck engine fails check_health and is replaced; a stopping replica drains
         "health_check_period_s": replicas.health_check_period_s,

@@ -4,7 +4,9 @@ trace and session headers, streaming, metrics. Ray-free; serve/app.py hosts it i
 Request path: in open mode, trusted Host and JSON POSTs only (400/415, serve/host_guard.py)
 -> resolve tenant (401) -> parse body (400) -> find model (404) -> admit
 (serve/admission.py: 503 model queue full, 429 past the tenant's fair share of it or its
-limits, tokens reserved) -> backend.generate (through serve/migrate.py: a
+limits, tokens reserved) -> wait for a slot toward the replicas, earliest deadline first,
+priority set by tenant class (serve/priority.py: 429 for a batch request past its
+deadline) -> backend.generate (through serve/migrate.py: a
 request whose replica dies continues on another) -> first delta (engine 4xx
 surface here as JSON errors; with no ready replica it is awaited at most
 cold_start_hold_timeout_s, then 503 + Retry-After) -> JSON or SSE. Every exit records
@@ -52,6 +54,7 @@ from agentserve.serve.http_errors import error_body, install_error_handlers
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
+from agentserve.serve.priority import Dispatcher
 from agentserve.spec import DeploymentSpec, TenantSpec
 
 __all__ = ["SESSION_HEADER", "create_app"]
@@ -85,6 +88,7 @@ class _Ingress:
         self.shares = QueueShares(capacity, queue)  # serve/admission.py
         self.shares.set_tenants(self.tenants.tenants())
         self.in_flight = self.shares.in_flight  # model -> requests queued or running
+        self.dispatch = Dispatcher(spec.models, list(self.backends))  # serve/priority.py
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.parser = RequestParser(self.max_model_len)
         self.salter = CacheSalter()
@@ -120,6 +124,9 @@ class _Ingress:
         if call.first is None:
             self.metrics.queued.labels(call.model).dec()
         self.shares.release(call.model, call.tenant, call.count)
+        if call.sent:
+            self.dispatch.release(call.model, call.sent)
+            call.sent = 0
         self.metrics.in_flight.labels(call.model).dec()
         call.lease.finish(call.prompt_tokens + call.output_tokens)
         self.metrics.observe_request(
@@ -172,6 +179,9 @@ class _Ingress:
         status = 500
         try:
             engine_request = self._engine_request(kind, body, request, tenant, span)
+            ready = await self.backends[body.model].ready_replicas()
+            await self.dispatch.send(body.model, tenant, body, call.count, ready)
+            call.sent = call.count  # released in close()
             stream = fan_out(  # n > 1: one engine request per choice, merged
                 engine_request,
                 lambda r: migrating(  # continues on another replica when this one dies
@@ -181,7 +191,7 @@ class _Ingress:
                     on_migrate=lambda _: self.metrics.migrations.labels(body.model).inc(),
                 ),
             )
-            first = await self._first_or_hold(body.model, stream)
+            first = await self._first_or_hold(body.model, stream, ready)
             self.see(call, first)
             if responses is not None:
                 builder = ResponsesBuilder(engine_request.request_id, body.model, responses.echo)
@@ -246,12 +256,13 @@ class _Ingress:
         drained.result()  # an engine error is raised here
         return deltas
 
-    async def _first_or_hold(self, model: str, stream: AsyncIterator[Delta]) -> Delta:
+    async def _first_or_hold(
+        self, model: str, stream: AsyncIterator[Delta], ready: int | None
+    ) -> Delta:
         """The first delta. While the model has no ready replica (scaled to zero or
         starting), the request is held (it waits in Serve's router, which is also what
         triggers the scale-up) for at most cold_start_hold_timeout_s, then refused with
-        503 and Retry-After."""
-        ready = await self.backends[model].ready_replicas()
+        503 and Retry-After. `ready`: the model's ready replicas (None = unknown)."""
         if ready is None or ready > 0:
             return await _first_delta(stream)
         hold_s = self.spec.autoscaling.cold_start_hold_timeout_s
