@@ -96,16 +96,11 @@ def _kill_run(base: str, requests: int, kill_after: int) -> tuple[list, list, di
         while finished[0] < kill_after:
             time.sleep(0.02)
         while finished[0] < requests:
-            try:
-                ongoing = h.ongoing_requests(names)
-            except Exception as err:  # a replica busy past the poll's timeout: poll again
-                at.setdefault("poll_errors", []).append(type(err).__name__)
-                continue
-            victim = max(names, key=ongoing.__getitem__)
-            if ongoing[victim] >= KILL_AT_ONGOING:
+            victim = h.busiest_replica(names, KILL_AT_ONGOING, at)
+            if victim is not None:
                 h.kill_replica(victim)
                 at["finished_at_kill"] = finished[0]
-                at["ongoing_at_kill"] = sorted(ongoing.values(), reverse=True)
+                at["ongoing_at_kill"] = at.pop("ongoing")
                 return
 
     thread = threading.Thread(target=killer, daemon=True)

@@ -116,14 +116,9 @@ def _fault_run(base: str, bodies: list[dict], fault: Any) -> tuple[list[h.Result
     def watcher() -> None:
         time.sleep(2.0)
         while not done.is_set():
-            try:
-                ongoing = h.ongoing_requests(names)
-            except Exception as err:  # a replica busy past the poll's timeout: poll again
-                at.setdefault("poll_errors", []).append(type(err).__name__)
-                continue
-            victim = max(names, key=ongoing.__getitem__)
-            if ongoing[victim] >= FAULT_AT_ONGOING:
-                at["ongoing_at_fault"] = sorted(ongoing.values(), reverse=True)
+            victim = h.busiest_replica(names, FAULT_AT_ONGOING, at)
+            if victim is not None:
+                at["ongoing_at_fault"] = at.pop("ongoing")
                 at["fault_at_s"] = round(time.perf_counter() - start, 1)
                 fault(victim)
                 return

@@ -142,6 +142,23 @@ def ongoing_requests(names: list[str]) -> dict[str, int]:
     return dict(zip(names, (int(n) for n in ray.get(refs, timeout=10)), strict=True))
 
 
+def busiest_replica(names: list[str], at_least: int, seen: dict[str, Any]) -> str | None:
+    """One poll: the replica serving the most requests when it serves >= `at_least` (and
+    seen["ongoing"]: every replica's count, busiest first), else None. A replica that
+    answers past the poll's timeout (its event loop busy) is noted in seen["poll_errors"]
+    and the poll returns None: poll again."""
+    try:
+        ongoing = ongoing_requests(names)
+    except Exception as err:
+        seen.setdefault("poll_errors", []).append(type(err).__name__)
+        return None
+    victim = max(names, key=ongoing.__getitem__)
+    if ongoing[victim] < at_least:
+        return None
+    seen["ongoing"] = sorted(ongoing.values(), reverse=True)
+    return victim
+
+
 def replica_pid(name: str) -> int:
     """The process id of a replica actor (from Ray's actor table; no dashboard needed)."""
     import ray
