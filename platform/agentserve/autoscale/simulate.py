@@ -9,7 +9,8 @@ tokens inside the step, first token at its end) and decodes the rest, each emitt
 model's tau tokens (expected value, deterministic). Drafted tokens per step follow the
 speculation schedule by batch size. New replicas serve `replica_start_s` after the
 decision; removed replicas stop taking requests and leave when empty. Replica-seconds
-count every replica from start decision to exit.
+count every replica from start decision to exit. The policy's latency inputs come from
+`latency_stat.pooled_tenant_latency`, the function the live Ray adapter uses.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from agentserve.autoscale.latency_stat import LatencyWindow, pooled_tenant_latency
 from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_schedule
-from agentserve.autoscale.policy import Snapshot, TenantLatency
+from agentserve.autoscale.policy import Snapshot
 from agentserve.autoscale.trace import Session, Trace
 
 __all__ = ["Controller", "RequestRecord", "SimConfig", "SimResult", "simulate"]
@@ -223,10 +225,12 @@ class _Sim:
                 ttft.setdefault(q.tenant, []).append(1000 * (t - q.arrival_s))
             elif q.first_token_s >= horizon:
                 ttft.setdefault(q.tenant, []).append(q.ttft_ms or 0.0)
-        tenants = {
-            name: TenantLatency(_p95(ttft.get(name)), _p95(tpot.get(name)), len(ttft.get(name, [])))
-            for name in sorted(set(ttft) | set(tpot))
+        # one pooled window: histograms add, so splitting it by replica gives the same
+        windows = {
+            name: LatencyWindow.of(ttft.get(name, []), tpot.get(name, []))
+            for name in set(ttft) | set(tpot)
         }
+        tenants = pooled_tenant_latency([windows])
         live = self.live()
         arrivals = list(self.arrivals)
         running = sum(len(r.running) + len(r.pending) for r in self.replicas if r.dead_s is None)
@@ -284,10 +288,6 @@ class _Sim:
                 }
             )
         self.dispatch(t)
-
-
-def _p95(values: list[float] | None) -> float | None:
-    return float(np.percentile(values, 95)) if values else None
 
 
 def _mean(values: list[int]) -> float:

@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("ray.serve")
 
 from agentserve.autoscale.model import LatencyModel
+from agentserve.autoscale.latency_stat import LatencyWindow, bucket_of, bucket_upper_ms
 from agentserve.autoscale.policy import PolicySpec, PolicyState, Sla, TenantLatency
 from agentserve.autoscale.ray_policy import (
     STATE_KEY,
@@ -64,7 +65,8 @@ def context(config, *, running=2, target=2, replicas_stats=(), state=None, now=1
 
 
 def stats(ttft, tpot, rate=1.0):
-    tenants = {"chat": TenantLatency(ttft, tpot, 10)}
+    """A replica whose 10 requests all had TTFT `ttft` and TPOT `tpot` (ms)."""
+    tenants = {"chat": LatencyWindow.of([ttft] * 10, [tpot] * 10)}
     return encode_replica_stats(
         tenants, arrival_rate_rps=rate, mean_prompt_tokens=100, mean_output_tokens=50
     )
@@ -91,14 +93,19 @@ def test_policy_json_roundtrip():
     assert policy_spec_from_json(policy_spec_to_json(spec)) == spec
 
 
-def test_snapshot_from_context_takes_worst_replica_and_sums_rates():
+def edge(ms):
+    return bucket_upper_ms(bucket_of(ms))
+
+
+def test_snapshot_from_context_pools_replicas_and_sums_rates():
     raw = ray_autoscaling_config(SPEC)
     config = AutoscalingConfig(**raw)
     ctx = context(
         config, running=2, target=3, replicas_stats=[stats(400, 20, 1.0), stats(900, 30, 2.0)]
     )
     snap = snapshot_from_context(ctx, PolicyState(last_up_s=990.0))
-    assert snap.tenants["chat"] == TenantLatency(900, 30, 20)
+    # 20 pooled samples, half at 900 ms: rank 19 is 900 ms (its bucket's upper edge)
+    assert snap.tenants["chat"] == TenantLatency(edge(900), edge(30), 20)
     assert snap.arrival_rate_rps == 3.0 and snap.warming_ages_s == (10.0,)
     assert (snap.ready_replicas, snap.draining_replicas, snap.in_flight) == (2, 0, 4)
 
