@@ -14,7 +14,9 @@ Contracts of `decide`:
   scale-up, or unless the smaller fleet is projected to stay below the band's middle
   (consolidation check: no 2 <-> 1 oscillation);
 - with no ready replica and traffic waiting, requests are held at the ingress
-  (`hold_requests`) for at most cold_start_hold_timeout_s, then refused with 503.
+  (`hold_requests`) for at most cold_start_hold_timeout_s, then refused with 503;
+- a rising arrival rate (recent window vs look-back, burst.py) raises the floor ahead of
+  the load, with hysteresis; reason "burst_floor".
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
+from agentserve.autoscale.burst import BurstKnobs, BurstState, planned_rate
 from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_schedule
 from agentserve.spec import DeploymentSpec
 
@@ -56,7 +59,8 @@ class TenantLatency:
 class Snapshot:
     """What the policy sees at `now_s`. `warming_ages_s` has one age per starting replica;
     `draining_replicas` are being removed; rates and means cover the look-back window;
-    `in_flight` counts running plus queued requests, `queued` those without a replica."""
+    `in_flight` counts running plus queued requests, `queued` those without a replica;
+    `recent_arrival_rate_rps` covers the short burst-detection window (None: unknown)."""
 
     now_s: float
     ready_replicas: int
@@ -68,6 +72,7 @@ class Snapshot:
     mean_output_tokens: float = 0.0
     in_flight: int = 0
     queued: int = 0
+    recent_arrival_rate_rps: float | None = None
 
     @property
     def current_replicas(self) -> int:
@@ -81,7 +86,9 @@ class PolicySpec:
 
     `model` None disables the capacity floor (reactive only); `use_tpot` False ignores
     TPOT (the TTFT-only baseline). `replica_start_s` is the expected cold-start time;
-    `staffing_z` the burst headroom of the floor in standard deviations of concurrency.
+    `staffing_z` the burst headroom of the floor in standard deviations of concurrency;
+    `burst` the rate-derivative detector (burst.py); `standby_replicas` extra started
+    replicas kept beyond the target (applied by the fleet, see standby.py).
     """
 
     min_replicas: int = 1
@@ -102,6 +109,8 @@ class PolicySpec:
     max_upscale_factor: float = 2.0
     staffing_z: float = 2.0
     use_tpot: bool = True
+    burst: BurstKnobs = field(default_factory=BurstKnobs)
+    standby_replicas: int = 0
 
     @property
     def mid_ratio(self) -> float:
@@ -142,6 +151,10 @@ class PolicySpec:
             max_drafted=model.drafter.num_speculative_tokens if model.drafter.enabled else 0,
             model=latency_model,
             replica_start_s=replica_start_s,
+            burst=BurstKnobs(
+                burst_ratio=a.burst_ratio, look_back_s=a.look_back_period_s, lead_s=replica_start_s
+            ),
+            standby_replicas=a.standby_replicas,
         )
 
 
@@ -153,6 +166,8 @@ class PolicyState:
     down_since_s: float | None = None
     last_up_s: float | None = None
     idle_since_s: float | None = None
+    burst_since_s: float | None = None
+    burst_rate_rps: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -330,7 +345,9 @@ def _scale_up(
         )
         return current, reason, state
     reason = "capacity_floor" if floor >= reactive else "sla_ratio"
-    return target, reason, replace(state, up_since_s=None, down_since_s=None, last_up_s=now)
+    # a floor step leaves a breach's timer running: it may be far smaller than the breach
+    up_since = up_since if reason == "capacity_floor" else None
+    return target, reason, replace(state, up_since_s=up_since, down_since_s=None, last_up_s=now)
 
 
 def _consolidated(
@@ -385,7 +402,12 @@ def decide(snap: Snapshot, spec: PolicySpec, state: PolicyState | None = None) -
     state = state or PolicyState()
     ratios = sla_ratios(snap.tenants, spec)
     ratio = _max_or_none(*ratios)
-    floor = capacity_floor(snap, spec)
+    old = BurstState(state.burst_since_s, state.burst_rate_rps or 0.0)
+    rate, burst = planned_rate(
+        snap.now_s, snap.arrival_rate_rps, snap.recent_arrival_rate_rps, spec.burst, old
+    )
+    state = replace(state, burst_since_s=burst.since_s, burst_rate_rps=burst.rate_rps or None)
+    floor = capacity_floor(replace(snap, arrival_rate_rps=rate), spec)
     state = replace(state, idle_since_s=_since(_idle(snap), state.idle_since_s, snap.now_s))
     current = snap.current_replicas
 
@@ -407,7 +429,8 @@ def decide(snap: Snapshot, spec: PolicySpec, state: PolicyState | None = None) -
         return out(_clamp(current, spec), "bounds", state)
     target, reason, state = _scale_up(snap, spec, state, ratios, floor)
     if target > current:
-        return out(target, reason, state)
+        bursting = reason == "capacity_floor" and burst.since_s is not None
+        return out(target, "burst_floor" if bursting else reason, state)
     target, down_reason, state = _scale_down(snap, spec, state, ratios, floor)
     if target < current:
         return out(target, down_reason, state)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from agentserve.autoscale.burst import BurstKnobs
 from agentserve.autoscale.latency_stat import LatencyWindow, pooled_tenant_latency
 from agentserve.autoscale.model import LatencyModel
 from agentserve.autoscale.policy import (
@@ -34,6 +35,7 @@ from agentserve.autoscale.policy import (
     Snapshot,
     decide,
 )
+from agentserve.autoscale.standby import fleet_target, visible_snapshot
 from agentserve.spec import DeploymentSpec
 
 __all__ = [
@@ -50,6 +52,7 @@ POLICY_PATH = "agentserve.autoscale.ray_policy:SlaAutoscalingPolicy"
 STATE_KEY = "agentserve"
 RAY_METRICS_INTERVAL_S = 10.0  # Ray 2.60's default AutoscalingConfig.metrics_interval_s
 _TTFT, _TPOT, _REQS = "agentserve_ttft_hist:", "agentserve_tpot_hist:", "agentserve_requests:"
+_RECENT = "agentserve_arrival_rps_recent"
 _RATE, _PROMPT, _OUTPUT = (
     "agentserve_arrival_rps",
     "agentserve_prompt_tokens",
@@ -77,6 +80,8 @@ def policy_spec_from_json(data: Mapping[str, Any]) -> PolicySpec:
     data["default_sla"] = Sla(*data["default_sla"]) if "default_sla" in data else Sla(1000, 100)
     model = data.get("model")
     data["model"] = LatencyModel(**model) if model is not None else None
+    if "burst" in data:
+        data["burst"] = BurstKnobs(*data["burst"])
     return PolicySpec(**data)
 
 
@@ -141,6 +146,7 @@ def encode_replica_stats(
     engine_running: float = 0.0,
     engine_waiting: float = 0.0,
     acceptance_by_batch: Mapping[str, float] | None = None,
+    recent_arrival_rate_rps: float | None = None,
 ) -> dict[str, float]:
     """One replica's `record_autoscaling_stats` result: flat name -> float (Ray's contract).
     Tenant latencies are the replica's window as bucket counts
@@ -148,8 +154,11 @@ def encode_replica_stats(
     so the adapter can pool them across replicas. `engine_running` / `engine_waiting` are
     the engine's batch and queue now; `acceptance_by_batch` maps a batch-size bucket ("1",
     "3-4", ...) to the mean DFlash acceptance length over the window (exported for
-    observation; the policy plans with its LatencyModel)."""
+    observation; the policy plans with its LatencyModel); `recent_arrival_rate_rps` covers
+    the burst detector's short window (burst.RECENT_WINDOW_S)."""
     out = {_RATE: arrival_rate_rps, _PROMPT: mean_prompt_tokens, _OUTPUT: mean_output_tokens}
+    if recent_arrival_rate_rps is not None:
+        out[_RECENT] = float(recent_arrival_rate_rps)
     out[_RUNNING], out[_WAITING] = float(engine_running), float(engine_waiting)
     for bucket, length in (acceptance_by_batch or {}).items():
         out[_ACCEPT + bucket] = float(length)
@@ -210,24 +219,29 @@ def snapshot_from_context(ctx: Any, state: PolicyState) -> Snapshot:
     """Snapshot from a Ray `AutoscalingContext`. Replicas above the current count up to
     the target are warming (aged from the last scale-up); those above the target drain.
     Queued = requests waiting at handles plus those waiting inside engines (no batch slot),
-    like the simulator's ingress queue."""
+    like the simulator's ingress queue. Latency windows and the recent arrival rate come
+    from each replica's latest report (a replica's own windows already cover the look-back;
+    averaging them again over it would lag the burst detector and blur the histograms)."""
     now = ctx.current_time if ctx.current_time is not None else 0.0
     running, target = ctx.current_num_replicas, ctx.target_num_replicas
     metrics = ctx.aggregated_metrics or {}
     warming = max(0, target - running)
     age = 0.0 if state.last_up_s is None else max(0.0, now - state.last_up_s)
     queued = (ctx.total_queued_requests or 0.0) + sum((metrics.get(_WAITING) or {}).values())
+    reports = _latest_reports(ctx)
+    recent = [r[_RECENT] for r in reports.values() if _RECENT in r]
     return Snapshot(
         now_s=now,
         ready_replicas=min(running, target),
         warming_ages_s=(age,) * warming,
         draining_replicas=max(0, running - target),
-        tenants=pooled_tenant_latency(_windows(r) for r in _latest_reports(ctx).values()),
+        tenants=pooled_tenant_latency(_windows(r) for r in reports.values()),
         arrival_rate_rps=sum((metrics.get(_RATE) or {}).values()),
         mean_prompt_tokens=_mean(metrics.get(_PROMPT)),
         mean_output_tokens=_mean(metrics.get(_OUTPUT)),
         in_flight=math.ceil(ctx.total_num_requests or 0.0),
         queued=math.ceil(queued),
+        recent_arrival_rate_rps=sum(recent) if recent else None,
     )
 
 
@@ -244,14 +258,17 @@ class SlaAutoscalingPolicy:
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         policy_state = dict(ctx.policy_state or {})
         state = PolicyState.from_dict(policy_state.get(STATE_KEY) or {})
-        snap = snapshot_from_context(ctx, state)
+        standby = self.spec.standby_replicas
+        snap = visible_snapshot(snapshot_from_context(ctx, state), standby)
         decision = self.policy(snap, self.spec, state)
+        target = fleet_target(decision.target_replicas, standby, self.spec.max_replicas)
         if decision.target_replicas != snap.current_replicas:
             log.info(
-                "agentserve policy: %d -> %d replicas (%s; sla ratio %s, floor %d, "
+                "agentserve policy: %d -> %d replicas%s (%s; sla ratio %s, floor %d, "
                 "in flight %d, queued %d)",
                 snap.current_replicas,
                 decision.target_replicas,
+                f" + {target - decision.target_replicas} standby" if standby else "",
                 decision.reason,
                 None if decision.sla_ratio is None else round(decision.sla_ratio, 2),
                 decision.capacity_floor,
@@ -265,4 +282,4 @@ class SlaAutoscalingPolicy:
             "capacity_floor": decision.capacity_floor,
             "hold_requests": decision.hold_requests,
         }
-        return decision.target_replicas, policy_state
+        return target, policy_state

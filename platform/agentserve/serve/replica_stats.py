@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from agentserve.autoscale.burst import RECENT_WINDOW_S
 from agentserve.autoscale.latency_stat import LatencyWindow
 from agentserve.autoscale.policy import TenantLatency
 from agentserve.autoscale.ray_policy import encode_replica_stats
@@ -162,9 +163,12 @@ class ReplicaStats:
             for name, (ttft, tpot, n) in self._samples().items()
         }
 
-    def arrival_rate_rps(self) -> float:
-        self._trim(self.clock())
-        return len(self._arrivals) / self.window_s
+    def arrival_rate_rps(self, window_s: float | None = None) -> float:
+        """Arrivals per second over the last `window_s` (default: the whole window)."""
+        now = self.clock()
+        self._trim(now)
+        w = self.window_s if window_s is None else min(window_s, self.window_s)
+        return sum(1 for t in self._arrivals if t >= now - w) / w
 
     def mean_tokens(self) -> tuple[float, float]:
         """(mean prompt tokens, mean output tokens) of requests finished in the window."""
@@ -193,6 +197,7 @@ class ReplicaStats:
         return encode_replica_stats(
             self.windows(),
             arrival_rate_rps=self.arrival_rate_rps(),
+            recent_arrival_rate_rps=self.arrival_rate_rps(RECENT_WINDOW_S),
             mean_prompt_tokens=prompt,
             mean_output_tokens=output,
             engine_running=engine.running,
