@@ -218,6 +218,7 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
     sc = sc or Scenario()
     trace = trace or generate_trace(sc.trace)
     sim, burst, ours = sim_config_for(sc), burst_window(sc), policy_spec_for(sc)
+    no_burst = replace(ours, burst=ours.burst._replace(burst_ratio=0.0))
     runs: dict[str, tuple[Any, SimConfig]] = {
         "sla_policy": (PolicyController(ours), sim),
         "ttft_only": (PolicyController(replace(ours, use_tpot=False, model=None)), sim),
@@ -227,12 +228,13 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
             PolicyController(replace(ours, max_drafted=0)),
             replace(sim, max_drafted=0),
         ),
-        "sla_policy_no_burst": (
-            PolicyController(replace(ours, burst=ours.burst._replace(burst_ratio=0.0))),
-            sim,
-        ),
+        "sla_policy_no_burst": (PolicyController(no_burst), sim),
         "sla_policy_standby_routed": (
             PolicyController(replace(ours, standby_replicas=sc.standby_replicas)),
+            sim,
+        ),
+        "sla_policy_standby_routed_no_burst": (
+            PolicyController(replace(no_burst, standby_replicas=sc.standby_replicas)),
             sim,
         ),
         "sla_policy_standby_unrouted": (
@@ -268,6 +270,7 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
             _matched(results, "sla_policy", "attainment_outside_burst"),
             _matched(results, "sla_policy", "attainment_in_burst"),
             _matched(results, "sla_policy_standby_routed", "attainment_in_burst"),
+            _matched(results, "sla_policy_standby_routed_no_burst", "attainment_in_burst"),
         ],
         "policies": results,
         "_timelines": timelines,

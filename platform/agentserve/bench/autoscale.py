@@ -21,6 +21,9 @@ _LABELS = {
     "sla_policy_no_burst": "SLA policy, no burst detector",
     "sla_policy_standby_routed": "SLA policy + {standby} standby (routed: what Ray Serve can do)",
     "sla_policy_standby_unrouted": "SLA policy + {standby} standby (unrouted: simulator only)",
+    "sla_policy_standby_routed_no_burst": (
+        "SLA policy, no burst detector + {standby} standby (routed)"
+    ),
 }
 
 
