@@ -28,7 +28,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agentserve.autoscale.policy import TenantLatency
+from agentserve.autoscale.policy_types import TenantLatency
 
 __all__ = ["GROWTH", "LatencyWindow", "bucket_of", "bucket_upper_ms", "histogram"]
 __all__ += ["p95_of_histogram", "pooled_p95", "pooled_tenant_latency"]

@@ -177,6 +177,8 @@ def _latest_reports(ctx: Any) -> dict[Any, dict[str, float]]:
     bucket missing from later reports would keep its old count."""
     points: dict[Any, dict[str, tuple[float, float]]] = {}
     for key, per_replica in (getattr(ctx, "raw_metrics", None) or {}).items():
+        if not key.startswith("agentserve_"):
+            continue  # Ray's own series: a failed stats call must not hide ours
         for rid, series in (per_replica or {}).items():
             if series:
                 points.setdefault(rid, {})[key] = (series[-1].timestamp, series[-1].value)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from agentserve.autoscale.policy import Snapshot
+from agentserve.autoscale.policy_types import Snapshot
 
 __all__ = ["fleet_target", "visible_snapshot"]
 
