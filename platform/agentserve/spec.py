@@ -482,6 +482,20 @@ class AutoscalingSpec(_Spec):
     open_mode_sla: SLASpec = Field(
         default_factory=SLASpec, description="SLA used when no tenants are configured."
     )
+    burst_ratio: float = Field(
+        1.2,
+        ge=0,
+        description="Burst detection: when the arrival rate over the last 10 s reaches this "
+        "multiple of the look-back rate (and beyond Poisson noise), the capacity floor plans "
+        "for the rate projected one replica start ahead; 0 = off. Policy sla only.",
+    )
+    standby_replicas: int = Field(
+        0,
+        ge=0,
+        description="Started replicas kept beyond the policy's target, so a scale-up does "
+        "not wait for a replica start. Ray Serve routes to every running replica, so these "
+        "serve traffic too; they cost replica-seconds all the time. Policy sla only.",
+    )
 
     @model_validator(mode="after")
     def _check_band(self) -> AutoscalingSpec:

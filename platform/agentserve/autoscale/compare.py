@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from agentserve.autoscale.burst import BurstKnobs
 from agentserve.autoscale.model import LatencyModel, speculation_schedule
 from agentserve.autoscale.policy import (
     PolicySpec,
@@ -30,6 +31,7 @@ from agentserve.autoscale.policy import (
     decide,
 )
 from agentserve.autoscale.simulate import SimConfig, SimResult, simulate
+from agentserve.autoscale.standby import fleet_target, visible_snapshot
 from agentserve.autoscale.trace import Trace, TraceConfig, generate_trace
 
 __all__ = ["PolicyController", "RayDefaultController", "Scenario", "main", "run_comparison"]
@@ -45,15 +47,17 @@ PolicyFunction = Callable[[Snapshot, PolicySpec, PolicyState], ScaleDecision]
 
 class PolicyController:
     """A policy in the simulator: `policy` (default: our `decide`, the same function the
-    Ray adapter runs), its state carried between ticks."""
+    Ray adapter runs), its state carried between ticks; `spec.standby_replicas` applies
+    the routed standby margin exactly as the Ray adapter does (standby.py)."""
 
     def __init__(self, spec: PolicySpec, policy: PolicyFunction = decide):
         self.spec, self.policy, self.state = spec, policy, PolicyState()
 
     def __call__(self, snap: Snapshot) -> int:
-        decision = self.policy(snap, self.spec, self.state)
+        standby = self.spec.standby_replicas
+        decision = self.policy(visible_snapshot(snap, standby), self.spec, self.state)
         self.state = decision.state
-        return decision.target_replicas
+        return fleet_target(decision.target_replicas, standby, self.spec.max_replicas)
 
 
 @dataclass
@@ -152,6 +156,7 @@ class Scenario:
     max_drafted: int = 7
     replica_start_s: float = 45.0
     staffing_z: float = 4.0
+    standby_replicas: int = 4
 
 
 def policy_spec_for(sc: Scenario) -> PolicySpec:
@@ -165,6 +170,7 @@ def policy_spec_for(sc: Scenario) -> PolicySpec:
         model=sc.model,
         replica_start_s=sc.replica_start_s,
         staffing_z=sc.staffing_z,
+        burst=BurstKnobs(lead_s=sc.replica_start_s),
     )
 
 
@@ -194,11 +200,12 @@ def _matched(results: dict[str, dict], ours: str, key: str) -> dict[str, Any]:
     ray = {k: v for k, v in results.items() if k.startswith("ray_default_target_")}
     matches = [k for k, v in ray.items() if floor(v) >= target]
     if not matches:
-        return {"metric": key, "ours": target, "ray_default": None, "saving": None}
+        return {"metric": key, "policy": ours, "ours": target, "ray_default": None, "saving": None}
     best = min(matches, key=lambda k: ray[k]["replica_seconds"])
     saving = 1 - results[ours]["replica_seconds"] / ray[best]["replica_seconds"]
     return {
         "metric": key,
+        "policy": ours,
         "ours": target,
         "ray_default": best,
         "ray_default_attainment": floor(ray[best]),
@@ -211,6 +218,7 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
     sc = sc or Scenario()
     trace = trace or generate_trace(sc.trace)
     sim, burst, ours = sim_config_for(sc), burst_window(sc), policy_spec_for(sc)
+    no_burst = replace(ours, burst=ours.burst._replace(burst_ratio=0.0))
     runs: dict[str, tuple[Any, SimConfig]] = {
         "sla_policy": (PolicyController(ours), sim),
         "ttft_only": (PolicyController(replace(ours, use_tpot=False, model=None)), sim),
@@ -219,6 +227,19 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
         "sla_policy_no_spec": (
             PolicyController(replace(ours, max_drafted=0)),
             replace(sim, max_drafted=0),
+        ),
+        "sla_policy_no_burst": (PolicyController(no_burst), sim),
+        "sla_policy_standby_routed": (
+            PolicyController(replace(ours, standby_replicas=sc.standby_replicas)),
+            sim,
+        ),
+        "sla_policy_standby_routed_no_burst": (
+            PolicyController(replace(no_burst, standby_replicas=sc.standby_replicas)),
+            sim,
+        ),
+        "sla_policy_standby_unrouted": (
+            PolicyController(ours),
+            replace(sim, standby_replicas=sc.standby_replicas),
         ),
     }
     for t in RAY_TARGETS:
@@ -247,6 +268,9 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
         "at_equal_attainment": [
             _matched(results, "sla_policy", "attainment"),
             _matched(results, "sla_policy", "attainment_outside_burst"),
+            _matched(results, "sla_policy", "attainment_in_burst"),
+            _matched(results, "sla_policy_standby_routed", "attainment_in_burst"),
+            _matched(results, "sla_policy_standby_routed_no_burst", "attainment_in_burst"),
         ],
         "policies": results,
         "_timelines": timelines,

@@ -1,4 +1,5 @@
-"""Pure SLA autoscaling policy: decide(snapshot, spec, state) -> ScaleDecision.
+"""Pure SLA autoscaling policy: decide(snapshot, spec, state) -> ScaleDecision (its types
+live in policy_types.py and are re-exported here).
 
 Imports neither Ray nor Kubernetes; the Ray Serve adapter and the simulator call the same
 `decide`. Two loops set the target: a predictive capacity floor (Little's law with the
@@ -14,165 +15,32 @@ Contracts of `decide`:
   scale-up, or unless the smaller fleet is projected to stay below the band's middle
   (consolidation check: no 2 <-> 1 oscillation);
 - with no ready replica and traffic waiting, requests are held at the ingress
-  (`hold_requests`) for at most cold_start_hold_timeout_s, then refused with 503.
+  (`hold_requests`) for at most cold_start_hold_timeout_s, then refused with 503;
+- a rising arrival rate (recent window vs look-back, burst.py) raises the floor ahead of
+  the load, with hysteresis; reason "burst_floor".
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, NamedTuple
+from dataclasses import replace
 
-from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_schedule
-from agentserve.spec import DeploymentSpec
+from agentserve.autoscale.burst import BurstState, planned_rate
+from agentserve.autoscale.model import drafted_for, speculation_schedule
+from agentserve.autoscale.policy_types import (
+    PolicySpec,
+    PolicyState,
+    ScaleDecision,
+    Sla,
+    Snapshot,
+    TenantLatency,
+)
 
 __all__ = ["PolicySpec", "PolicyState", "ScaleDecision", "Sla", "Snapshot", "TenantLatency"]
 __all__ += ["capacity_floor", "decide", "sla_ratios"]
 
 _CALIBRATION_RANGE = (0.5, 3.0)
-_OPEN_MODE_SLA = (1000.0, 100.0)
-
-
-class Sla(NamedTuple):
-    """Latency objectives at p95, milliseconds."""
-
-    ttft_ms: float
-    tpot_ms: float
-
-
-@dataclass(frozen=True)
-class TenantLatency:
-    """One tenant over the look-back window. `ttft_p95_ms` includes ingress queue time and
-    counts requests still waiting for a first token by their age so far; `tpot_p95_ms` is
-    per output token (not per engine step). None = no sample."""
-
-    ttft_p95_ms: float | None = None
-    tpot_p95_ms: float | None = None
-    requests: int = 0
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the policy sees at `now_s`. `warming_ages_s` has one age per starting replica;
-    `draining_replicas` are being removed; rates and means cover the look-back window;
-    `in_flight` counts running plus queued requests, `queued` those without a replica."""
-
-    now_s: float
-    ready_replicas: int
-    warming_ages_s: tuple[float, ...] = ()
-    draining_replicas: int = 0
-    tenants: Mapping[str, TenantLatency] = field(default_factory=dict)
-    arrival_rate_rps: float = 0.0
-    mean_prompt_tokens: float = 0.0
-    mean_output_tokens: float = 0.0
-    in_flight: int = 0
-    queued: int = 0
-
-    @property
-    def current_replicas(self) -> int:
-        """Replicas that are, or will be, serving: ready + warming (draining excluded)."""
-        return self.ready_replicas + len(self.warming_ages_s)
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """Policy knobs, normally derived from a DeploymentSpec by `from_deployment`.
-
-    `model` None disables the capacity floor (reactive only); `use_tpot` False ignores
-    TPOT (the TTFT-only baseline). `replica_start_s` is the expected cold-start time;
-    `staffing_z` the burst headroom of the floor in standard deviations of concurrency.
-    """
-
-    min_replicas: int = 1
-    max_replicas: int = 1
-    max_num_seqs: int = 8
-    slas: Mapping[str, Sla] = field(default_factory=dict)
-    default_sla: Sla = field(default_factory=lambda: Sla(*_OPEN_MODE_SLA))
-    upscale_ratio: float = 1.0
-    downscale_ratio: float = 0.6
-    upscale_delay_s: float = 10.0
-    downscale_delay_s: float = 120.0
-    scale_to_zero_idle_s: float | None = None
-    cold_start_hold_timeout_s: float = 120.0
-    target_utilization: float = 0.8
-    max_drafted: int = 0
-    model: LatencyModel | None = None
-    replica_start_s: float = 60.0
-    max_upscale_factor: float = 2.0
-    staffing_z: float = 2.0
-    use_tpot: bool = True
-
-    @property
-    def mid_ratio(self) -> float:
-        """The ratio scaling aims for: the middle of the hysteresis band."""
-        return (self.upscale_ratio + self.downscale_ratio) / 2
-
-    @classmethod
-    def from_deployment(
-        cls,
-        spec: DeploymentSpec,
-        model_name: str | None = None,
-        *,
-        latency_model: LatencyModel | None = None,
-        replica_start_s: float = 60.0,
-        tenant_slas: Mapping[str, Any] | None = None,
-    ) -> PolicySpec:
-        """Knobs for one model of `spec` (the first when `model_name` is None);
-        `tenant_slas` (tenant -> SLASpec) replaces the spec's tenants' SLAs when given."""
-        model = next((m for m in spec.models if model_name in (None, m.name)), None)
-        if model is None:
-            raise KeyError(f"model {model_name!r} is not in the spec")
-        a = spec.autoscaling
-        if tenant_slas is None:
-            tenant_slas = {t.name: t.sla for t in spec.tenants}
-        return cls(
-            min_replicas=model.replicas.min_replicas,
-            max_replicas=model.replicas.max_replicas,
-            max_num_seqs=model.max_num_seqs,
-            slas={n: Sla(s.ttft_p95_ms, s.tpot_p95_ms) for n, s in tenant_slas.items()},
-            default_sla=Sla(a.open_mode_sla.ttft_p95_ms, a.open_mode_sla.tpot_p95_ms),
-            upscale_ratio=a.upscale_sla_ratio,
-            downscale_ratio=a.downscale_sla_ratio,
-            upscale_delay_s=a.upscale_delay_s,
-            downscale_delay_s=a.downscale_delay_s,
-            scale_to_zero_idle_s=a.scale_to_zero_idle_s,
-            cold_start_hold_timeout_s=a.cold_start_hold_timeout_s,
-            target_utilization=a.target_utilization,
-            max_drafted=model.drafter.num_speculative_tokens if model.drafter.enabled else 0,
-            model=latency_model,
-            replica_start_s=replica_start_s,
-        )
-
-
-@dataclass(frozen=True)
-class PolicyState:
-    """Timers carried between decisions (JSON-able: Ray keeps it in policy_state)."""
-
-    up_since_s: float | None = None
-    down_since_s: float | None = None
-    last_up_s: float | None = None
-    idle_since_s: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PolicyState:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
-
-
-@dataclass(frozen=True)
-class ScaleDecision:
-    """The target replica count, why, and the state for the next call."""
-
-    target_replicas: int
-    reason: str
-    state: PolicyState
-    sla_ratio: float | None = None
-    capacity_floor: int = 0
-    hold_requests: bool = False
-    hold_timeout_s: float = 0.0
 
 
 def sla_ratios(
@@ -330,7 +198,9 @@ def _scale_up(
         )
         return current, reason, state
     reason = "capacity_floor" if floor >= reactive else "sla_ratio"
-    return target, reason, replace(state, up_since_s=None, down_since_s=None, last_up_s=now)
+    # a floor step leaves a breach's timer running: it may be far smaller than the breach
+    up_since = up_since if reason == "capacity_floor" else None
+    return target, reason, replace(state, up_since_s=up_since, down_since_s=None, last_up_s=now)
 
 
 def _consolidated(
@@ -385,7 +255,12 @@ def decide(snap: Snapshot, spec: PolicySpec, state: PolicyState | None = None) -
     state = state or PolicyState()
     ratios = sla_ratios(snap.tenants, spec)
     ratio = _max_or_none(*ratios)
-    floor = capacity_floor(snap, spec)
+    old = BurstState(state.burst_since_s, state.burst_rate_rps or 0.0)
+    rate, burst = planned_rate(
+        snap.now_s, snap.arrival_rate_rps, snap.recent_arrival_rate_rps, spec.burst, old
+    )
+    state = replace(state, burst_since_s=burst.since_s, burst_rate_rps=burst.rate_rps or None)
+    floor = capacity_floor(replace(snap, arrival_rate_rps=rate), spec)
     state = replace(state, idle_since_s=_since(_idle(snap), state.idle_since_s, snap.now_s))
     current = snap.current_replicas
 
@@ -407,7 +282,8 @@ def decide(snap: Snapshot, spec: PolicySpec, state: PolicyState | None = None) -
         return out(_clamp(current, spec), "bounds", state)
     target, reason, state = _scale_up(snap, spec, state, ratios, floor)
     if target > current:
-        return out(target, reason, state)
+        bursting = reason == "capacity_floor" and burst.since_s is not None
+        return out(target, "burst_floor" if bursting else reason, state)
     target, down_reason, state = _scale_down(snap, spec, state, ratios, floor)
     if target < current:
         return out(target, down_reason, state)

@@ -8,7 +8,10 @@ and calls it every control-loop tick with an `AutoscalingContext`; it returns
 scaling factors; the config sets those to neutral (delays 0, factors 1) because `decide`
 holds its own. Ray's cold-start fast path (0 replicas and requests waiting -> scale up)
 runs before the policy. Replicas publish `encode_replica_stats(...)` from
-`record_autoscaling_stats`; Ray averages each metric over `look_back_period_s` per replica.
+`record_autoscaling_stats`; Ray averages each metric over `look_back_period_s` per replica,
+except the latency histograms, which the adapter reads from each replica's latest report
+(`raw_metrics`: a replica's window already covers the look-back) and pools across replicas
+with `latency_stat.pooled_tenant_latency`, the function the simulator uses.
 Another policy with decide's shape runs the same way: subclass SlaAutoscalingPolicy with
 `policy = staticmethod(my_decide)` and pass its import path as `policy_function`.
 """
@@ -18,9 +21,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
+from agentserve.autoscale.burst import BurstKnobs
+from agentserve.autoscale.latency_stat import LatencyWindow, pooled_tenant_latency
 from agentserve.autoscale.model import LatencyModel
 from agentserve.autoscale.policy import (
     PolicySpec,
@@ -28,9 +33,9 @@ from agentserve.autoscale.policy import (
     ScaleDecision,
     Sla,
     Snapshot,
-    TenantLatency,
     decide,
 )
+from agentserve.autoscale.standby import fleet_target, visible_snapshot
 from agentserve.spec import DeploymentSpec
 
 __all__ = [
@@ -46,7 +51,8 @@ log = logging.getLogger("ray.serve")
 POLICY_PATH = "agentserve.autoscale.ray_policy:SlaAutoscalingPolicy"
 STATE_KEY = "agentserve"
 RAY_METRICS_INTERVAL_S = 10.0  # Ray 2.60's default AutoscalingConfig.metrics_interval_s
-_TTFT, _TPOT, _REQS = "agentserve_ttft_p95_ms:", "agentserve_tpot_p95_ms:", "agentserve_requests:"
+_TTFT, _TPOT, _REQS = "agentserve_ttft_hist:", "agentserve_tpot_hist:", "agentserve_requests:"
+_RECENT = "agentserve_arrival_rps_recent"
 _RATE, _PROMPT, _OUTPUT = (
     "agentserve_arrival_rps",
     "agentserve_prompt_tokens",
@@ -74,6 +80,8 @@ def policy_spec_from_json(data: Mapping[str, Any]) -> PolicySpec:
     data["default_sla"] = Sla(*data["default_sla"]) if "default_sla" in data else Sla(1000, 100)
     model = data.get("model")
     data["model"] = LatencyModel(**model) if model is not None else None
+    if "burst" in data:
+        data["burst"] = BurstKnobs(*data["burst"])
     return PolicySpec(**data)
 
 
@@ -130,7 +138,7 @@ def ray_autoscaling_config(
 
 
 def encode_replica_stats(
-    tenants: Mapping[str, TenantLatency],
+    tenants: Mapping[str, LatencyWindow],
     *,
     arrival_rate_rps: float,
     mean_prompt_tokens: float,
@@ -138,41 +146,70 @@ def encode_replica_stats(
     engine_running: float = 0.0,
     engine_waiting: float = 0.0,
     acceptance_by_batch: Mapping[str, float] | None = None,
+    recent_arrival_rate_rps: float | None = None,
 ) -> dict[str, float]:
     """One replica's `record_autoscaling_stats` result: flat name -> float (Ray's contract).
-    Tenant latencies are p95 over the replica's own window; absent samples are omitted.
-    `engine_running` / `engine_waiting` are the engine's batch and queue now;
-    `acceptance_by_batch` maps a batch-size bucket ("1", "3-4", ...) to the mean DFlash
-    acceptance length over the window (exported for observation; the policy plans with
-    its LatencyModel)."""
+    Tenant latencies are the replica's window as bucket counts
+    (`agentserve_ttft_hist:<tenant>:<bucket>`, empty buckets omitted; see latency_stat),
+    so the adapter can pool them across replicas. `engine_running` / `engine_waiting` are
+    the engine's batch and queue now; `acceptance_by_batch` maps a batch-size bucket ("1",
+    "3-4", ...) to the mean DFlash acceptance length over the window (exported for
+    observation; the policy plans with its LatencyModel); `recent_arrival_rate_rps` covers
+    the burst detector's short window (burst.RECENT_WINDOW_S)."""
     out = {_RATE: arrival_rate_rps, _PROMPT: mean_prompt_tokens, _OUTPUT: mean_output_tokens}
+    if recent_arrival_rate_rps is not None:
+        out[_RECENT] = float(recent_arrival_rate_rps)
     out[_RUNNING], out[_WAITING] = float(engine_running), float(engine_waiting)
     for bucket, length in (acceptance_by_batch or {}).items():
         out[_ACCEPT + bucket] = float(length)
-    for name, lat in tenants.items():
-        out[_REQS + name] = float(lat.requests)
-        if lat.ttft_p95_ms is not None:
-            out[_TTFT + name] = lat.ttft_p95_ms
-        if lat.tpot_p95_ms is not None:
-            out[_TPOT + name] = lat.tpot_p95_ms
+    for name, window in tenants.items():
+        out[_REQS + name] = float(window.requests)
+        for prefix, hist in ((_TTFT, window.ttft), (_TPOT, window.tpot)):
+            for index, count in hist.items():
+                out[f"{prefix}{name}:{index}"] = float(count)
     return out
 
 
-def _tenants(metrics: Mapping[str, Mapping[Any, float]]) -> dict[str, TenantLatency]:
-    """Per tenant: the worst replica's p95 (conservative; Ray has no cross-replica
-    histograms), requests summed."""
-    out: dict[str, TenantLatency] = {}
-    for key, per_replica in metrics.items():
-        for prefix, attr in ((_TTFT, "ttft_p95_ms"), (_TPOT, "tpot_p95_ms"), (_REQS, "requests")):
-            if key.startswith(prefix) and per_replica:
-                name = key[len(prefix) :]
-                values = [v for v in per_replica.values() if not math.isnan(v)]
-                if not values:
-                    continue
-                value = sum(values) if attr == "requests" else max(values)
-                current = out.get(name, TenantLatency())
-                out[name] = replace(current, **{attr: int(value) if attr == "requests" else value})
+def _latest_reports(ctx: Any) -> dict[Any, dict[str, float]]:
+    """Per replica, the metrics of its latest report (`raw_metrics`: the points sharing
+    the newest timestamp), falling back to Ray's look-back averages (`aggregated_metrics`)
+    for a replica without raw series. Latency histograms must not be time-averaged: a
+    bucket missing from later reports would keep its old count."""
+    points: dict[Any, dict[str, tuple[float, float]]] = {}
+    for key, per_replica in (getattr(ctx, "raw_metrics", None) or {}).items():
+        if not key.startswith("agentserve_"):
+            continue  # Ray's own series: a failed stats call must not hide ours
+        for rid, series in (per_replica or {}).items():
+            if series:
+                points.setdefault(rid, {})[key] = (series[-1].timestamp, series[-1].value)
+    out: dict[Any, dict[str, float]] = {}
+    for key, per_replica in (ctx.aggregated_metrics or {}).items():
+        for rid, value in per_replica.items():
+            if rid not in points:
+                out.setdefault(rid, {})[key] = value
+    for rid, by_key in points.items():
+        newest = max(t for t, _ in by_key.values())
+        out[rid] = {k: v for k, (t, v) in by_key.items() if t == newest}
     return out
+
+
+def _windows(report: Mapping[str, float]) -> dict[str, LatencyWindow]:
+    """One replica's tenant windows decoded from its published stats."""
+    ttft: dict[str, dict[int, float]] = {}
+    tpot: dict[str, dict[int, float]] = {}
+    requests: dict[str, int] = {}
+    for key, value in report.items():
+        if math.isnan(value):
+            continue
+        if key.startswith(_REQS):
+            requests[key[len(_REQS) :]] = int(value)
+            continue
+        for prefix, into in ((_TTFT, ttft), (_TPOT, tpot)):
+            if key.startswith(prefix):
+                name, _, index = key[len(prefix) :].rpartition(":")
+                into.setdefault(name, {})[int(index)] = value
+    names = set(ttft) | set(tpot) | set(requests)
+    return {n: LatencyWindow(ttft.get(n, {}), tpot.get(n, {}), requests.get(n, 0)) for n in names}
 
 
 def _mean(per_replica: Mapping[Any, float] | None) -> float:
@@ -184,24 +221,29 @@ def snapshot_from_context(ctx: Any, state: PolicyState) -> Snapshot:
     """Snapshot from a Ray `AutoscalingContext`. Replicas above the current count up to
     the target are warming (aged from the last scale-up); those above the target drain.
     Queued = requests waiting at handles plus those waiting inside engines (no batch slot),
-    like the simulator's ingress queue."""
+    like the simulator's ingress queue. Latency windows and the recent arrival rate come
+    from each replica's latest report (a replica's own windows already cover the look-back;
+    averaging them again over it would lag the burst detector and blur the histograms)."""
     now = ctx.current_time if ctx.current_time is not None else 0.0
     running, target = ctx.current_num_replicas, ctx.target_num_replicas
     metrics = ctx.aggregated_metrics or {}
     warming = max(0, target - running)
     age = 0.0 if state.last_up_s is None else max(0.0, now - state.last_up_s)
     queued = (ctx.total_queued_requests or 0.0) + sum((metrics.get(_WAITING) or {}).values())
+    reports = _latest_reports(ctx)
+    recent = [r[_RECENT] for r in reports.values() if _RECENT in r]
     return Snapshot(
         now_s=now,
         ready_replicas=min(running, target),
         warming_ages_s=(age,) * warming,
         draining_replicas=max(0, running - target),
-        tenants=_tenants(metrics),
+        tenants=pooled_tenant_latency(_windows(r) for r in reports.values()),
         arrival_rate_rps=sum((metrics.get(_RATE) or {}).values()),
         mean_prompt_tokens=_mean(metrics.get(_PROMPT)),
         mean_output_tokens=_mean(metrics.get(_OUTPUT)),
         in_flight=math.ceil(ctx.total_num_requests or 0.0),
         queued=math.ceil(queued),
+        recent_arrival_rate_rps=sum(recent) if recent else None,
     )
 
 
@@ -218,14 +260,17 @@ class SlaAutoscalingPolicy:
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         policy_state = dict(ctx.policy_state or {})
         state = PolicyState.from_dict(policy_state.get(STATE_KEY) or {})
-        snap = snapshot_from_context(ctx, state)
+        standby = self.spec.standby_replicas
+        snap = visible_snapshot(snapshot_from_context(ctx, state), standby)
         decision = self.policy(snap, self.spec, state)
+        target = fleet_target(decision.target_replicas, standby, self.spec.max_replicas)
         if decision.target_replicas != snap.current_replicas:
             log.info(
-                "agentserve policy: %d -> %d replicas (%s; sla ratio %s, floor %d, "
+                "agentserve policy: %d -> %d replicas%s (%s; sla ratio %s, floor %d, "
                 "in flight %d, queued %d)",
                 snap.current_replicas,
                 decision.target_replicas,
+                f" + {target - decision.target_replicas} standby" if standby else "",
                 decision.reason,
                 None if decision.sla_ratio is None else round(decision.sla_ratio, 2),
                 decision.capacity_floor,
@@ -239,4 +284,4 @@ class SlaAutoscalingPolicy:
             "capacity_floor": decision.capacity_floor,
             "hold_requests": decision.hold_requests,
         }
-        return decision.target_replicas, policy_state
+        return target, policy_state

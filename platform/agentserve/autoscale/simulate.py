@@ -9,7 +9,9 @@ tokens inside the step, first token at its end) and decodes the rest, each emitt
 model's tau tokens (expected value, deterministic). Drafted tokens per step follow the
 speculation schedule by batch size. New replicas serve `replica_start_s` after the
 decision; removed replicas stop taking requests and leave when empty. Replica-seconds
-count every replica from start decision to exit.
+count every replica from start decision to exit, standby replicas included (started,
+unrouted, promoted at once on a scale-up; see standby.py). The policy's latency inputs come from
+`latency_stat.pooled_tenant_latency`, the function the live Ray adapter uses.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from agentserve.autoscale.burst import RECENT_WINDOW_S
+from agentserve.autoscale.latency_stat import LatencyWindow, pooled_tenant_latency
 from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_schedule
-from agentserve.autoscale.policy import Snapshot, TenantLatency
+from agentserve.autoscale.policy import Snapshot
 from agentserve.autoscale.trace import Session, Trace
 
 __all__ = ["Controller", "RequestRecord", "SimConfig", "SimResult", "simulate"]
@@ -35,7 +39,8 @@ Controller = Callable[[Snapshot], int]
 @dataclass(frozen=True)
 class SimConfig:
     """Simulated fleet. `max_drafted` 0 = no speculation; `adaptive_speculation` False
-    drafts `max_drafted` at every batch size instead of the per-batch schedule."""
+    drafts `max_drafted` at every batch size instead of the per-batch schedule;
+    `standby_replicas` keeps that many started, unrouted replicas (standby.py)."""
 
     model: LatencyModel = field(default_factory=LatencyModel)
     max_num_seqs: int = 8
@@ -45,7 +50,9 @@ class SimConfig:
     replica_start_s: float = 45.0
     interval_s: float = 5.0
     window_s: float = 30.0
+    recent_window_s: float = RECENT_WINDOW_S
     timeline_s: float = 10.0
+    standby_replicas: int = 0
 
 
 @dataclass
@@ -76,6 +83,7 @@ class _Replica:
     born_s: float
     ready_s: float
     draining: bool = False
+    standby: bool = False
     busy: bool = False
     dead_s: float | None = None
     running: list[RequestRecord] = field(default_factory=list)
@@ -121,13 +129,23 @@ class _Sim:
 
     # -- fleet -------------------------------------------------------------------------
     def live(self) -> list[_Replica]:
-        return [r for r in self.replicas if r.dead_s is None and not r.draining]
+        """Routed replicas (ready or warming), not draining, not standby."""
+        return [r for r in self.replicas if r.dead_s is None and not r.draining and not r.standby]
 
-    def start_replica(self, t: float, ready_now: bool = False) -> None:
+    def standby(self) -> list[_Replica]:
+        """Unrouted standby replicas, ready ones first."""
+        pool = [r for r in self.replicas if r.dead_s is None and r.standby]
+        return sorted(pool, key=lambda r: (r.ready_s, r.id))
+
+    def start_replica(self, t: float, ready_now: bool = False, standby: bool = False) -> None:
         ready = t if ready_now else t + self.cfg.replica_start_s
-        r = _Replica(next(self.ids), t, ready)
+        r = _Replica(next(self.ids), t, ready, standby=standby)
         self.replicas.append(r)
         self.push(ready, "ready", r)
+
+    def refill_standby(self, t: float) -> None:
+        for _ in range(self.cfg.standby_replicas - len(self.standby())):
+            self.start_replica(t, standby=True)
 
     def retire(self, r: _Replica, t: float) -> None:
         r.draining = True
@@ -145,13 +163,20 @@ class _Sim:
             need = target - len(live)
             for r in [r for r in self.replicas if r.draining and r.dead_s is None][:need]:
                 r.draining, need = False, need - 1  # un-drain: already warm
+            for r in self.standby()[:need]:
+                r.standby, need = False, need - 1  # promote: started already
             for _ in range(need):
                 self.start_replica(t)
+            self.refill_standby(t)
             return
         # remove warming replicas first, then the least loaded ready ones
         victims = sorted(live, key=lambda r: (r.ready_s <= t, r.load(), -r.id))
         for r in victims[: len(live) - target]:
-            self.retire(r, t)
+            idle = r.ready_s <= t and not r.busy and not r.load()
+            if idle and len(self.standby()) < self.cfg.standby_replicas:
+                r.standby = True  # park: stays started, takes no traffic
+            else:
+                self.retire(r, t)
 
     # -- requests ----------------------------------------------------------------------
     def issue(self, session: Session, index: int, t: float) -> None:
@@ -223,20 +248,27 @@ class _Sim:
                 ttft.setdefault(q.tenant, []).append(1000 * (t - q.arrival_s))
             elif q.first_token_s >= horizon:
                 ttft.setdefault(q.tenant, []).append(q.ttft_ms or 0.0)
-        tenants = {
-            name: TenantLatency(_p95(ttft.get(name)), _p95(tpot.get(name)), len(ttft.get(name, [])))
-            for name in sorted(set(ttft) | set(tpot))
+        # one pooled window: histograms add, so splitting it by replica gives the same
+        windows = {
+            name: LatencyWindow.of(ttft.get(name, []), tpot.get(name, []))
+            for name in set(ttft) | set(tpot)
         }
+        tenants = pooled_tenant_latency([windows])
         live = self.live()
         arrivals = list(self.arrivals)
+        recent = t - self.cfg.recent_window_s
         running = sum(len(r.running) + len(r.pending) for r in self.replicas if r.dead_s is None)
         return Snapshot(
             now_s=t,
             ready_replicas=sum(1 for r in live if r.ready_s <= t),
             warming_ages_s=tuple(t - r.born_s for r in live if r.ready_s > t),
-            draining_replicas=sum(1 for r in self.replicas if r.draining and r.dead_s is None),
+            draining_replicas=sum(
+                1 for r in self.replicas if r.draining and r.dead_s is None and not r.standby
+            ),
             tenants=tenants,
             arrival_rate_rps=len(arrivals) / self.cfg.window_s,
+            recent_arrival_rate_rps=sum(1 for q in arrivals if q.arrival_s >= recent)
+            / self.cfg.recent_window_s,
             mean_prompt_tokens=_mean([q.new_tokens for q in arrivals]),
             mean_output_tokens=_mean([q.output_tokens for q in arrivals]),
             in_flight=running + len(self.queue),
@@ -248,6 +280,8 @@ class _Sim:
         self.pending_next: dict[int, tuple[Session, int]] = {}
         for _ in range(self.cfg.initial_replicas):
             self.start_replica(0.0, ready_now=True)
+        for _ in range(self.cfg.standby_replicas):
+            self.start_replica(0.0, ready_now=True, standby=True)
         for s in self.trace.sessions:
             self.push(s.start_s, "call", (s, 0))
         self.push(0.0, "tick")
@@ -277,6 +311,7 @@ class _Sim:
                 {
                     "t": round(t, 1),
                     "replicas": len(self.live()),
+                    "standby": len(self.standby()),
                     "ready": snap.ready_replicas,
                     "in_flight": snap.in_flight,
                     "ttft_p95_ms": {n: v.ttft_p95_ms for n, v in snap.tenants.items()},
@@ -284,10 +319,6 @@ class _Sim:
                 }
             )
         self.dispatch(t)
-
-
-def _p95(values: list[float] | None) -> float | None:
-    return float(np.percentile(values, 95)) if values else None
 
 
 def _mean(values: list[int]) -> float:

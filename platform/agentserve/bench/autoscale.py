@@ -18,6 +18,12 @@ _LABELS = {
     "ttft_only": "TTFT-only (reactive, no floor, no TPOT)",
     "sla_policy_fixed_k": "SLA policy, fixed {k} drafted tokens (no schedule)",
     "sla_policy_no_spec": "SLA policy, no speculation",
+    "sla_policy_no_burst": "SLA policy, no burst detector",
+    "sla_policy_standby_routed": "SLA policy + {standby} standby (routed: what Ray Serve can do)",
+    "sla_policy_standby_unrouted": "SLA policy + {standby} standby (unrouted: simulator only)",
+    "sla_policy_standby_routed_no_burst": (
+        "SLA policy, no burst detector + {standby} standby (routed)"
+    ),
 }
 
 
@@ -46,7 +52,9 @@ def _label(name: str, scenario: dict[str, Any]) -> str:
         return f"Ray default, target_ongoing {name.rsplit('_', 1)[1]}"
     if name.startswith("fixed_"):
         return f"Fixed fleet of {name.split('_', 1)[1]}"
-    return _LABELS.get(name, name).format(k=scenario.get("max_drafted"))
+    return _LABELS.get(name, name).format(
+        k=scenario.get("max_drafted"), standby=scenario.get("standby_replicas")
+    )
 
 
 def _pct(value: float | None) -> str:
@@ -54,28 +62,35 @@ def _pct(value: float | None) -> str:
 
 
 def markdown_summary(report: dict[str, Any]) -> str:
-    """Table of per-tenant attainment (all requests and outside the burst), replica-seconds
-    and scaling actions per policy, plus the equal-attainment savings."""
+    """Table of per-tenant attainment (all requests, outside and inside the burst),
+    replica-seconds and scaling actions per policy, plus the equal-attainment savings."""
     tenants = list(report["slas"])
     columns = ["policy", *tenants, *(f"{t} outside burst" for t in tenants)]
+    columns += [f"{t} in burst" for t in tenants]
     columns += ["replica-seconds", "actions"]
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for name, r in report["policies"].items():
         cells = [_label(name, report["scenario"])]
         cells += [_pct(r["tenants"][t]["attainment"]) for t in tenants]
         cells += [_pct(r["tenants"][t]["attainment_outside_burst"]) for t in tenants]
+        cells += [_pct(r["tenants"][t].get("attainment_in_burst")) for t in tenants]
         cells += [f"{r['replica_seconds']:,.0f}", str(r["scaling_actions"])]
         lines.append("| " + " | ".join(cells) + " |")
     for m in report["at_equal_attainment"]:
+        name = m.get("policy", "sla_policy")
+        who = "the SLA policy" if name == "sla_policy" else _label(name, report["scenario"])
         if m["ray_default"] is None:
-            lines.append(f"\nAt equal {m['metric']}: no Ray-default setting reaches ours.")
+            lines.append(
+                f"\nAt equal {m['metric']} ({who}: {_pct(m['ours'])}): no Ray-default "
+                "setting reaches it."
+            )
             continue
         fewer = "fewer" if m["saving"] >= 0 else "more"
         target = m["ray_default"].rsplit("_", 1)[1]
         lines.append(
-            f"\nAt equal {m['metric']} (ours {_pct(m['ours'])}): the cheapest Ray-default "
+            f"\nAt equal {m['metric']} ({who}: {_pct(m['ours'])}): the cheapest Ray-default "
             f"setting that matches is target_ongoing {target} "
-            f"({_pct(m['ray_default_attainment'])}); the SLA policy uses "
+            f"({_pct(m['ray_default_attainment'])}); {who} uses "
             f"**{abs(100 * m['saving']):.0f}% {fewer} replica-seconds**."
         )
     return "\n".join(lines) + "\n"

@@ -11,7 +11,8 @@ Contracts:
 - TPOT = (last token time - first token time) / (output tokens - 1), per output token, not
   per engine step (one DFlash step emits several tokens); requests with < 2 tokens have none.
 - Every window covers the last `window_s` seconds (samples by finish time, arrivals by
-  receipt time); p95 is nearest-rank.
+  receipt time); p95 is nearest-rank. The autoscaler gets the windows as histograms and
+  pools them across replicas (autoscale/latency_stat.py), the statistic the simulator uses.
 The clock is injected (wall time by default: the accept header is wall time).
 """
 
@@ -23,6 +24,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from agentserve.autoscale.burst import RECENT_WINDOW_S
+from agentserve.autoscale.latency_stat import LatencyWindow
 from agentserve.autoscale.policy import TenantLatency
 from agentserve.autoscale.ray_policy import encode_replica_stats
 from agentserve.engine.protocol import Delta, EngineStats
@@ -120,32 +123,52 @@ class ReplicaStats:
         while self._arrivals and self._arrivals[0] < start:
             self._arrivals.popleft()
 
-    def tenants(self) -> dict[str, TenantLatency]:
-        """Per tenant over the window: p95 TTFT (waiting requests by age), p95 TPOT, and
-        requests (finished in the window plus open)."""
+    def _samples(self) -> dict[str, tuple[list[float], list[float], int]]:
+        """Per tenant over the window: TTFT samples (waiting requests by age), TPOT
+        samples, and requests (finished in the window plus open)."""
         now = self.clock()
         self._trim(now)
-        ttft: dict[str, list[float]] = {}
-        tpot: dict[str, list[float]] = {}
-        count: dict[str, int] = {}
+        out: dict[str, tuple[list[float], list[float], int]] = {}
+
+        def slot(tenant: str) -> tuple[list[float], list[float], int]:
+            ttft, tpot, n = out.get(tenant, ([], [], 0))
+            out[tenant] = (ttft, tpot, n + 1)
+            return out[tenant]
+
         for d in self._done:
-            count[d.tenant] = count.get(d.tenant, 0) + 1
+            ttft, tpot, _ = slot(d.tenant)
             if d.ttft_ms is not None:
-                ttft.setdefault(d.tenant, []).append(d.ttft_ms)
+                ttft.append(d.ttft_ms)
             if d.tpot_ms is not None:
-                tpot.setdefault(d.tenant, []).append(d.tpot_ms)
+                tpot.append(d.tpot_ms)
         for call in self._open.values():
-            count[call.tenant] = count.get(call.tenant, 0) + 1
+            ttft, _, _ = slot(call.tenant)
             if call.first_s is None:
-                ttft.setdefault(call.tenant, []).append((now - call.accepted_s) * 1000.0)
+                ttft.append((now - call.accepted_s) * 1000.0)
+        return out
+
+    def tenants(self) -> dict[str, TenantLatency]:
+        """Per tenant over this replica's window: nearest-rank p95 TTFT (waiting requests
+        by age), p95 TPOT, and requests (finished in the window plus open)."""
         return {
-            name: TenantLatency(p95(ttft.get(name, [])), p95(tpot.get(name, [])), n)
-            for name, n in count.items()
+            name: TenantLatency(p95(ttft), p95(tpot), n)
+            for name, (ttft, tpot, n) in self._samples().items()
         }
 
-    def arrival_rate_rps(self) -> float:
-        self._trim(self.clock())
-        return len(self._arrivals) / self.window_s
+    def windows(self) -> dict[str, LatencyWindow]:
+        """The same window as bucket counts: what the replica publishes, so the autoscaler
+        can pool every replica's samples (autoscale/latency_stat.py)."""
+        return {
+            name: LatencyWindow.of(ttft, tpot, n)
+            for name, (ttft, tpot, n) in self._samples().items()
+        }
+
+    def arrival_rate_rps(self, window_s: float | None = None) -> float:
+        """Arrivals per second over the last `window_s` (default: the whole window)."""
+        now = self.clock()
+        self._trim(now)
+        w = self.window_s if window_s is None else min(window_s, self.window_s)
+        return sum(1 for t in self._arrivals if t >= now - w) / w
 
     def mean_tokens(self) -> tuple[float, float]:
         """(mean prompt tokens, mean output tokens) of requests finished in the window."""
@@ -172,8 +195,9 @@ class ReplicaStats:
         """The replica's `record_autoscaling_stats` result (flat name -> float)."""
         prompt, output = self.mean_tokens()
         return encode_replica_stats(
-            self.tenants(),
+            self.windows(),
             arrival_rate_rps=self.arrival_rate_rps(),
+            recent_arrival_rate_rps=self.arrival_rate_rps(RECENT_WINDOW_S),
             mean_prompt_tokens=prompt,
             mean_output_tokens=output,
             engine_running=engine.running,

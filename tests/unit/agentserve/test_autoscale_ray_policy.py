@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("ray.serve")
 
+from agentserve.autoscale.latency_stat import LatencyWindow, bucket_of, bucket_upper_ms
 from agentserve.autoscale.model import LatencyModel
 from agentserve.autoscale.policy import PolicySpec, PolicyState, Sla, TenantLatency
 from agentserve.autoscale.ray_policy import (
@@ -64,7 +65,8 @@ def context(config, *, running=2, target=2, replicas_stats=(), state=None, now=1
 
 
 def stats(ttft, tpot, rate=1.0):
-    tenants = {"chat": TenantLatency(ttft, tpot, 10)}
+    """A replica whose 10 requests all had TTFT `ttft` and TPOT `tpot` (ms)."""
+    tenants = {"chat": LatencyWindow.of([ttft] * 10, [tpot] * 10)}
     return encode_replica_stats(
         tenants, arrival_rate_rps=rate, mean_prompt_tokens=100, mean_output_tokens=50
     )
@@ -91,14 +93,19 @@ def test_policy_json_roundtrip():
     assert policy_spec_from_json(policy_spec_to_json(spec)) == spec
 
 
-def test_snapshot_from_context_takes_worst_replica_and_sums_rates():
+def edge(ms):
+    return bucket_upper_ms(bucket_of(ms))
+
+
+def test_snapshot_from_context_pools_replicas_and_sums_rates():
     raw = ray_autoscaling_config(SPEC)
     config = AutoscalingConfig(**raw)
     ctx = context(
         config, running=2, target=3, replicas_stats=[stats(400, 20, 1.0), stats(900, 30, 2.0)]
     )
     snap = snapshot_from_context(ctx, PolicyState(last_up_s=990.0))
-    assert snap.tenants["chat"] == TenantLatency(900, 30, 20)
+    # 20 pooled samples, half at 900 ms: rank 19 is 900 ms (its bucket's upper edge)
+    assert snap.tenants["chat"] == TenantLatency(edge(900), edge(30), 20)
     assert snap.arrival_rate_rps == 3.0 and snap.warming_ages_s == (10.0,)
     assert (snap.ready_replicas, snap.draining_replicas, snap.in_flight) == (2, 0, 4)
 
@@ -145,3 +152,47 @@ def test_a_subclass_runs_its_own_policy_with_the_same_plumbing():
     assert target == 4 and state["agentserve_last"]["reason"] == "per_four"
     target, _ = policy(context(config, ongoing=40.0))
     assert target == 6  # max_replicas
+
+
+def test_standby_replicas_ride_above_the_policy_target():
+    """Ray routes to every running replica: the adapter hides `standby_replicas` from the
+    snapshot decide sees and asks Ray for decide's target plus them."""
+    autoscaling = SPEC.autoscaling.model_copy(update={"standby_replicas": 2})
+    raw = ray_autoscaling_config(SPEC.model_copy(update={"autoscaling": autoscaling}))
+    assert raw["policy"]["policy_kwargs"]["standby_replicas"] == 2
+    config = AutoscalingConfig(**raw)
+    policy = _apply_autoscaling_config(SlaAutoscalingPolicy(**raw["policy"]["policy_kwargs"]))
+    calm = [stats(300, 20)] * 3
+    target, state = policy(context(config, running=3, target=3, replicas_stats=calm))
+    assert target == 3  # decide saw 1 replica, held it; the fleet keeps its 2 standby
+    hot = [stats(1500, 30)] * 3
+    target, state = policy(context(config, running=3, target=3, replicas_stats=hot))
+    assert target == 4 and state["agentserve_last"]["reason"] == "sla_ratio"
+
+
+def test_burst_knobs_roundtrip_and_the_recent_rate_comes_from_latest_reports():
+    from types import SimpleNamespace
+
+    spec = PolicySpec(burst=PolicySpec().burst._replace(burst_ratio=1.4, lead_s=90.0))
+    assert policy_spec_from_json(policy_spec_to_json(spec)) == spec
+    point = lambda t, v: SimpleNamespace(timestamp=t, value=v)  # noqa: E731
+    raw = {
+        "agentserve_arrival_rps_recent": {
+            "r0": [point(1.0, 9.0), point(2.0, 3.0)],
+            "r1": [point(2.0, 4.0)],
+        },
+        "agentserve_ttft_hist:chat:90": {
+            "r0": [point(1.0, 5.0)]
+        },  # stale: not in r0's latest report
+    }
+    ctx = SimpleNamespace(
+        current_time=10.0,
+        current_num_replicas=2,
+        target_num_replicas=2,
+        total_queued_requests=0.0,
+        total_num_requests=0.0,
+        aggregated_metrics={},
+        raw_metrics=raw,
+    )
+    snap = snapshot_from_context(ctx, PolicyState())
+    assert snap.recent_arrival_rate_rps == 7.0 and "chat" not in snap.tenants

@@ -33,6 +33,7 @@ def test_bench_autoscale_writes_json_plot_and_docs_section(tmp_path, capsys):
     assert "old table" not in doc and "Intro prose stays." in doc and "Closing prose" in doc
     assert "| **SLA policy** (this) |" in doc and "Ray default, target_ongoing 1" in doc
     assert "| **SLA policy** (this) |" in capsys.readouterr().out
+    assert "standby (routed: what Ray Serve can do) |" in doc and "interactive in burst" in doc
 
 
 def test_summary_states_savings_and_costs():
@@ -57,5 +58,5 @@ def test_summary_states_savings_and_costs():
         ],
     }
     text = markdown_summary(report)
-    assert "| Ray default, target_ongoing 2 | 99.00% | 100.00% | 1,000 | 3 |" in text
+    assert "| Ray default, target_ongoing 2 | 99.00% | 100.00% | - | 1,000 | 3 |" in text
     assert "**10% more replica-seconds**" in text and "no Ray-default setting" in text

@@ -163,7 +163,10 @@ def test_replica_hook_reports_windows_engine_queue_and_acceptance():
     assert during["agentserve_engine_running"] == 2.0  # max_num_seqs 2: one waits
     assert during["agentserve_engine_waiting"] == 1.0
     assert after["agentserve_requests:chat"] == 3.0
-    assert after["agentserve_tpot_p95_ms:chat"] > 0 and after["agentserve_ttft_p95_ms:chat"] > 0
+    ttft = sum(v for k, v in after.items() if k.startswith("agentserve_ttft_hist:chat:"))
+    tpot = sum(v for k, v in after.items() if k.startswith("agentserve_tpot_hist:chat:"))
+    assert ttft == 3.0 and tpot == 3.0  # histograms: one sample per finished request
+    assert after["agentserve_arrival_rps_recent"] == pytest.approx(3 / 10)
     assert after["agentserve_output_tokens"] == 8.0  # "echo:" + 7 words
     # 4 steps of 2 tokens each: acceptance length 2 at batch 1 and 2
     assert {k: v for k, v in after.items() if k.startswith("agentserve_acceptance")} == {

@@ -1,0 +1,171 @@
+"""The policy's data types: inputs (Snapshot, TenantLatency), knobs (PolicySpec, Sla),
+carried state (PolicyState) and output (ScaleDecision). Kept apart from policy.py (the
+decision logic) so both stay short; policy.py re-exports them, import from either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+from agentserve.autoscale.burst import BurstKnobs
+from agentserve.autoscale.model import LatencyModel
+from agentserve.spec import DeploymentSpec
+
+__all__ = ["PolicySpec", "PolicyState", "ScaleDecision", "Sla", "Snapshot", "TenantLatency"]
+
+_OPEN_MODE_SLA = (1000.0, 100.0)
+
+
+class Sla(NamedTuple):
+    """Latency objectives at p95, milliseconds."""
+
+    ttft_ms: float
+    tpot_ms: float
+
+
+@dataclass(frozen=True)
+class TenantLatency:
+    """One tenant over the look-back window. `ttft_p95_ms` includes ingress queue time and
+    counts requests still waiting for a first token by their age so far; `tpot_p95_ms` is
+    per output token (not per engine step). None = no sample."""
+
+    ttft_p95_ms: float | None = None
+    tpot_p95_ms: float | None = None
+    requests: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the policy sees at `now_s`. `warming_ages_s` has one age per starting replica;
+    `draining_replicas` are being removed; rates and means cover the look-back window;
+    `in_flight` counts running plus queued requests, `queued` those without a replica;
+    `recent_arrival_rate_rps` covers the short burst-detection window (None: unknown)."""
+
+    now_s: float
+    ready_replicas: int
+    warming_ages_s: tuple[float, ...] = ()
+    draining_replicas: int = 0
+    tenants: Mapping[str, TenantLatency] = field(default_factory=dict)
+    arrival_rate_rps: float = 0.0
+    mean_prompt_tokens: float = 0.0
+    mean_output_tokens: float = 0.0
+    in_flight: int = 0
+    queued: int = 0
+    recent_arrival_rate_rps: float | None = None
+
+    @property
+    def current_replicas(self) -> int:
+        """Replicas that are, or will be, serving: ready + warming (draining excluded)."""
+        return self.ready_replicas + len(self.warming_ages_s)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Policy knobs, normally derived from a DeploymentSpec by `from_deployment`.
+
+    `model` None disables the capacity floor (reactive only); `use_tpot` False ignores
+    TPOT (the TTFT-only baseline). `replica_start_s` is the expected cold-start time;
+    `staffing_z` the burst headroom of the floor in standard deviations of concurrency;
+    `burst` the rate-derivative detector (burst.py); `standby_replicas` extra started
+    replicas kept beyond the target (applied by the fleet, see standby.py).
+    """
+
+    min_replicas: int = 1
+    max_replicas: int = 1
+    max_num_seqs: int = 8
+    slas: Mapping[str, Sla] = field(default_factory=dict)
+    default_sla: Sla = field(default_factory=lambda: Sla(*_OPEN_MODE_SLA))
+    upscale_ratio: float = 1.0
+    downscale_ratio: float = 0.6
+    upscale_delay_s: float = 10.0
+    downscale_delay_s: float = 120.0
+    scale_to_zero_idle_s: float | None = None
+    cold_start_hold_timeout_s: float = 120.0
+    target_utilization: float = 0.8
+    max_drafted: int = 0
+    model: LatencyModel | None = None
+    replica_start_s: float = 60.0
+    max_upscale_factor: float = 2.0
+    staffing_z: float = 2.0
+    use_tpot: bool = True
+    burst: BurstKnobs = field(default_factory=BurstKnobs)
+    standby_replicas: int = 0
+
+    @property
+    def mid_ratio(self) -> float:
+        """The ratio scaling aims for: the middle of the hysteresis band."""
+        return (self.upscale_ratio + self.downscale_ratio) / 2
+
+    @classmethod
+    def from_deployment(
+        cls,
+        spec: DeploymentSpec,
+        model_name: str | None = None,
+        *,
+        latency_model: LatencyModel | None = None,
+        replica_start_s: float = 60.0,
+        tenant_slas: Mapping[str, Any] | None = None,
+    ) -> PolicySpec:
+        """Knobs for one model of `spec` (the first when `model_name` is None);
+        `tenant_slas` (tenant -> SLASpec) replaces the spec's tenants' SLAs when given."""
+        model = next((m for m in spec.models if model_name in (None, m.name)), None)
+        if model is None:
+            raise KeyError(f"model {model_name!r} is not in the spec")
+        a = spec.autoscaling
+        if tenant_slas is None:
+            tenant_slas = {t.name: t.sla for t in spec.tenants}
+        return cls(
+            min_replicas=model.replicas.min_replicas,
+            max_replicas=model.replicas.max_replicas,
+            max_num_seqs=model.max_num_seqs,
+            slas={n: Sla(s.ttft_p95_ms, s.tpot_p95_ms) for n, s in tenant_slas.items()},
+            default_sla=Sla(a.open_mode_sla.ttft_p95_ms, a.open_mode_sla.tpot_p95_ms),
+            upscale_ratio=a.upscale_sla_ratio,
+            downscale_ratio=a.downscale_sla_ratio,
+            upscale_delay_s=a.upscale_delay_s,
+            downscale_delay_s=a.downscale_delay_s,
+            scale_to_zero_idle_s=a.scale_to_zero_idle_s,
+            cold_start_hold_timeout_s=a.cold_start_hold_timeout_s,
+            target_utilization=a.target_utilization,
+            max_drafted=model.drafter.num_speculative_tokens if model.drafter.enabled else 0,
+            model=latency_model,
+            replica_start_s=replica_start_s,
+            burst=BurstKnobs(
+                burst_ratio=a.burst_ratio, look_back_s=a.look_back_period_s, lead_s=replica_start_s
+            ),
+            standby_replicas=a.standby_replicas,
+        )
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """Timers carried between decisions (JSON-able: Ray keeps it in policy_state)."""
+
+    up_since_s: float | None = None
+    down_since_s: float | None = None
+    last_up_s: float | None = None
+    idle_since_s: float | None = None
+    burst_since_s: float | None = None
+    burst_rate_rps: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PolicyState:
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class ScaleDecision:
+    """The target replica count, why, and the state for the next call."""
+
+    target_replicas: int
+    reason: str
+    state: PolicyState
+    sla_ratio: float | None = None
+    capacity_floor: int = 0
+    hold_requests: bool = False
+    hold_timeout_s: float = 0.0
