@@ -23,7 +23,7 @@ from pydantic import (
 )
 from yaml.constructor import ConstructorError
 
-from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
+from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
 
 __all__ = [
     "BUNDLED_MODEL",

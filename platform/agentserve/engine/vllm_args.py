@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.drafters import shipped_drafter
-from agentserve.models import ModelNotFoundError, is_hub_id
+from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
 
 __all__ = [
