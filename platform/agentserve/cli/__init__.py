@@ -13,10 +13,25 @@ import sys
 from collections.abc import Callable, Sequence
 
 from agentserve import __version__
+from agentserve.cli.traces import PhoenixNotInstalledError
+from agentserve.model_sources import ModelNotFoundError
+from dflash.train.prompts import PromptSourceMissingError
 
 __all__ = ["build_parser", "main"]
 
 Handler = Callable[[argparse.Namespace], int]
+
+# What a user can cause (a bad spec or flag, a missing file, model, package or program):
+# a one-line message and exit 2. Anything else, a KeyError or IndexError from a bug
+# included, propagates with its traceback. SpecError and DrafterMissingError are
+# ValueErrors; ModelNotInSpecError (a `--model` the spec lacks) is a SpecError.
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    FileNotFoundError,
+    ModelNotFoundError,
+    PhoenixNotInstalledError,
+    PromptSourceMissingError,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return handler(args)
-    except (ValueError, FileNotFoundError, LookupError) as err:
+    except USER_ERRORS as err:
         print(f"agentserve: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -80,10 +80,9 @@ def test_schedule_validation_is_at_least_as_strict_as_vllm(schedule, ok):
 
 def test_frontend_enables_tool_calling_with_a_text_parser():
     from agentserve.engine.vllm_args import TOOL_CALL_PARSER, frontend_kwargs
-    from agentserve.spec import ModelSpec
     from vllm.tool_parsers import ToolParserManager
 
-    kwargs = frontend_kwargs(ModelSpec())
+    kwargs = frontend_kwargs()
     assert kwargs == {"enable_auto_tool_choice": True, "tool_call_parser": TOOL_CALL_PARSER}
     assert ToolParserManager.get_tool_parser(TOOL_CALL_PARSER) is not None
 
