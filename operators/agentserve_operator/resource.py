@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentserve.models import is_hub_id
+from agentserve.model_sources import is_hub_id
 from agentserve.spec import DeploymentSpec, SpecError, hash_api_key, spec_from_dict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

@@ -163,7 +163,7 @@ def card_for_run(
     stages: tuple[str, ...] = ("data", "features", "train", "export"),
 ) -> None:
     """Evaluate tau on held-out prompts and write README.md, loss_curve.png, eval.json."""
-    from agentserve.reference import chat_prompt_ids
+    from agentserve.cli.generate import chat_prompt_ids
     from dflash.train.features import FeatureStore
     from dflash.train.prompts import heldout_prompts
     from dflash.train.responses import load_responses

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL
+from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL
 
 __all__ = [
     "DEFAULT_SPECULATION",

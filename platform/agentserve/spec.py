@@ -23,11 +23,12 @@ from pydantic import (
 )
 from yaml.constructor import ConstructorError
 
-from agentserve.models import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
+from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
 
 __all__ = [
     "BUNDLED_MODEL",
     "DeploymentSpec",
+    "ModelNotInSpecError",
     "SpecError",
     "hash_api_key",
     "load_spec",
@@ -49,6 +50,15 @@ class SpecError(ValueError):
     def __init__(self, message: str, errors: list[tuple[str, str]] | None = None):
         super().__init__(message)
         self.errors = errors or []
+
+
+class ModelNotInSpecError(SpecError, KeyError):
+    """A model name (a `--model` flag, a policy's model) that the spec does not serve.
+
+    A SpecError, so the CLI reports it as a user error, and a KeyError, as before."""
+
+    def __str__(self) -> str:  # KeyError's str() would quote the message
+        return str(self.args[0])
 
 
 def hash_api_key(key: str) -> str:

@@ -38,7 +38,7 @@ SCREENSHOT_SIZE = (1680, 1560)  # the tree down to the researcher's second model
 def platform(start_up, tmp_path_factory):
     """(UpServer, Phoenix URL) for example 03's spec with the fake engine."""
     pytest.importorskip("agents")
-    from agentserve.cli_traces import PhoenixNotInstalledError, phoenix_executable
+    from agentserve.cli.traces import PhoenixNotInstalledError, phoenix_executable
 
     try:
         phoenix_executable()

@@ -71,9 +71,9 @@ def _in_child(model: dict, env: dict, prompts: list[list[int]]) -> dict:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """(prompts, env with an offline hub cache holding the shipped drafter)."""
+    from agentserve.cli.generate import chat_prompt_ids
     from agentserve.drafters import shipped_drafter
-    from agentserve.models import BUNDLED_MODEL, resolve_model
-    from agentserve.reference import chat_prompt_ids
+    from agentserve.model_sources import BUNDLED_MODEL, resolve_model
     from hub_cache import write_snapshot
     from transformers import AutoTokenizer
 

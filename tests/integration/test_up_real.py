@@ -20,7 +20,7 @@ import openai
 import pytest
 from agentserve.drafters import default_speculation, shipped_drafter
 from agentserve.metrics_snapshot import parse_metrics
-from agentserve.models import BUNDLED_MODEL
+from agentserve.model_sources import BUNDLED_MODEL
 from example_runner import run_example
 from phoenix_api import ancestry, phoenix_spans
 from up_server import agentserve_cmd, free_port
@@ -82,8 +82,8 @@ def test_sampled_output_is_coherent_seeded_and_structured(server):
     0.32's faulty expand kernel gave ~-14), a seed reproduces its completion, and
     response_format json_schema gives JSON of that schema."""
     from agentserve.bench.sampling_check import load_scorer, loglik_per_token
-    from agentserve.models import resolve_model
-    from agentserve.reference import chat_prompt_ids
+    from agentserve.cli.generate import chat_prompt_ids
+    from agentserve.model_sources import resolve_model
     from transformers import AutoTokenizer
 
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)

@@ -20,9 +20,9 @@ from agentserve.bench.sampling_check import (
     sampling_runs,
     setting_label,
 )
+from agentserve.cli.generate import chat_prompt_ids
 from agentserve.drafters import shipped_drafter
-from agentserve.models import BUNDLED_MODEL, resolve_model
-from agentserve.reference import chat_prompt_ids
+from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from transformers import AutoTokenizer
 
 pytestmark = pytest.mark.slow

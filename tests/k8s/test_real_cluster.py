@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from agentserve_operator.crd import CRD_PATH
+from agentserve_operator.chart import CRD_PATH
 
 pytestmark = [
     pytest.mark.k8s,

@@ -271,7 +271,7 @@ def decide(snap: Snapshot, spec: PolicySpec, state: PolicyState | None = None) -
 
     if current == 0:
         if _idle(snap):
-            return out(0 if spec.min_replicas == 0 else spec.min_replicas, "idle_at_zero", state)
+            return out(spec.min_replicas, "idle_at_zero", state)
         return out(_clamp(max(1, floor), spec), "cold_start", replace(state, last_up_s=snap.now_s))
     idle_s = spec.scale_to_zero_idle_s
     idle_since = state.idle_since_s

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from agentserve.autoscale.burst import BurstKnobs
 from agentserve.autoscale.model import LatencyModel
-from agentserve.spec import DeploymentSpec
+from agentserve.spec import DeploymentSpec, ModelNotInSpecError
 
 __all__ = ["PolicySpec", "PolicyState", "ScaleDecision", "Sla", "Snapshot", "TenantLatency"]
 
@@ -112,7 +112,7 @@ class PolicySpec:
         `tenant_slas` (tenant -> SLASpec) replaces the spec's tenants' SLAs when given."""
         model = next((m for m in spec.models if model_name in (None, m.name)), None)
         if model is None:
-            raise KeyError(f"model {model_name!r} is not in the spec")
+            raise ModelNotInSpecError(f"model {model_name!r} is not in the spec")
         a = spec.autoscaling
         if tenant_slas is None:
             tenant_slas = {t.name: t.sla for t in spec.tenants}

@@ -10,7 +10,7 @@ the result as YAML.
 from __future__ import annotations
 
 from agentserve.autoscale.model import LatencyModel, speculation_schedule
-from agentserve.spec import DeploymentSpec, ModelSpec
+from agentserve.spec import DeploymentSpec, ModelNotInSpecError, ModelSpec
 
 __all__ = ["schedule_for", "with_speculation_schedule"]
 
@@ -29,12 +29,15 @@ def with_speculation_schedule(
     model_name: str | None = None,
 ) -> DeploymentSpec:
     """A validated copy of `spec` with the schedule set on each drafter-enabled model
-    (only `model_name` when given; KeyError when it is not served or has no drafter).
-    `latency_model` defaults to LatencyModel() (fitted on the bundled CPU model)."""
+    (only `model_name` when given; ModelNotInSpecError, a KeyError, when it is not served or
+    has no drafter). `latency_model` defaults to LatencyModel() (fitted on the bundled CPU
+    model)."""
     latency_model = latency_model or LatencyModel()
     chosen = [m for m in spec.models if m.drafter.enabled and model_name in (None, m.name)]
     if model_name is not None and not chosen:
-        raise KeyError(f"model {model_name!r} is not in the spec or has no enabled drafter")
+        raise ModelNotInSpecError(
+            f"model {model_name!r} is not in the spec or has no enabled drafter"
+        )
     data = spec.model_dump(mode="json")
     for i, model in enumerate(spec.models):
         if model in chosen:

@@ -122,7 +122,7 @@ def _run_speculative(args: argparse.Namespace) -> int:
     )
     from agentserve.bench.speculative import reference_runs, vllm_runs
     from agentserve.drafters import shipped_drafter
-    from agentserve.models import resolve_model
+    from agentserve.model_sources import resolve_model
 
     model_dir = resolve_model(args.model)
     drafter_dir = args.drafter or shipped_drafter(args.model)

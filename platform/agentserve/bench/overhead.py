@@ -100,9 +100,10 @@ def bench_spec(args: argparse.Namespace) -> DeploymentSpec:
     """The spec both phases serve: --spec (default: the embedded one) with its first model
     only, one replica, --engine, --drafter/--no-drafter (default as `up`), max_num_seqs >=
     the highest concurrency, a GPU per replica when this machine has one, a free port."""
-    from agentserve.cli_up import with_default_drafters, with_overrides
+    from agentserve.cli.up import with_overrides
     from agentserve.drafters import shipped_drafter
     from agentserve.spec import load_spec, spec_from_dict
+    from agentserve.spec_defaults import with_default_drafters
 
     spec = load_spec(args.spec) if args.spec else DeploymentSpec()
     spec, _ = with_default_drafters(spec, args.drafter, shipped_drafter)  # before the dump
@@ -171,7 +172,7 @@ def run(
     """The benchmark; `platform_runner` / `peer_runner` serve the agentserve / vllm_serve
     phases (tests swap in ones without Ray or vLLM)."""
     from agentserve.bench.report import replace_section
-    from agentserve.engine.vllm import speculative_config
+    from agentserve.engine.vllm_args import speculative_config
 
     if args.max_tokens < 2:
         raise SystemExit("--max-tokens must be >= 2 (TPOT needs two tokens)")
@@ -195,7 +196,7 @@ def run(
         if "bare" in systems:
             figures["bare"] = bare_fake(model, factory, plan)
     else:
-        from agentserve.models import resolve_model
+        from agentserve.model_sources import resolve_model
         from agentserve.serve.replica import default_engine_factory
 
         factory = default_engine_factory

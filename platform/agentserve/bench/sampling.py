@@ -133,9 +133,9 @@ def _run(args: argparse.Namespace) -> int:
 
     from agentserve.bench.report import replace_section, write_json
     from agentserve.bench.sampling_check import CHECK_PROMPTS, distribution_records
+    from agentserve.cli.generate import chat_prompt_ids
     from agentserve.drafters import shipped_drafter
-    from agentserve.models import resolve_model
-    from agentserve.reference import chat_prompt_ids
+    from agentserve.model_sources import resolve_model
 
     model_dir = str(resolve_model(args.model))
     drafter = args.drafter or shipped_drafter(args.model)

@@ -188,7 +188,7 @@ def _sampling_worker(
     but weakens a two-sample test)."""
     from vllm import LLM, SamplingParams
 
-    from agentserve.engine.vllm import shutdown_offline, spec_decode_counters
+    from agentserve.engine.vllm_args import shutdown_offline, spec_decode_counters
     from dflash.train.responses import cpu_engine_env
 
     cpu_engine_env()

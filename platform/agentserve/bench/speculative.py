@@ -46,7 +46,7 @@ def method_speculative_config(
     speculation-schedule`), which turns drafting down where the step-cost model says it
     stops paying."""
     from agentserve.autoscale.spec_schedule import with_speculation_schedule
-    from agentserve.engine.vllm import speculative_config
+    from agentserve.engine.vllm_args import speculative_config
     from agentserve.spec import DeploymentSpec
 
     name, scheduled = method.removesuffix("+schedule"), method.endswith("+schedule")
@@ -81,7 +81,7 @@ def _vllm_worker(
     the torch.compile warm-up: a 30 s engine start instead of 90-140 s)."""
     from vllm import LLM, SamplingParams
 
-    from agentserve.engine.vllm import shutdown_offline, spec_decode_counters
+    from agentserve.engine.vllm_args import shutdown_offline, spec_decode_counters
     from dflash.train.responses import cpu_engine_env
 
     cpu_engine_env()

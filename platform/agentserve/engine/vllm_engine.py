@@ -35,7 +35,7 @@ from agentserve.engine.protocol import (
     EngineUnavailableError,
 )
 from agentserve.engine.spec_by_batch import SpecByBatch, vllm_stat_logger
-from agentserve.engine.vllm import engine_kwargs, frontend_kwargs, spec_decode_counters
+from agentserve.engine.vllm_args import engine_kwargs, frontend_kwargs, spec_decode_counters
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
 from agentserve.engine.vllm_paths import check_vllm_paths
 from agentserve.engine.vllm_ray import config_in_placement_group, needs_placement_group
@@ -89,7 +89,7 @@ class VLLMEngine:
         from vllm.entrypoints.launchers.cli_args import FrontendArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from agentserve.models import resolve_model
+        from agentserve.model_sources import resolve_model
 
         _cpu_defaults()
         ensure_fixes_enabled()
@@ -106,7 +106,7 @@ class VLLMEngine:
             self._client = AsyncLLM.from_vllm_config(config, stat_loggers=loggers)
         else:
             self._client = AsyncLLM.from_engine_args(engine_args, stat_loggers=loggers)
-        frontend = vars(FrontendArgs()) | frontend_kwargs(self.spec)
+        frontend = vars(FrontendArgs()) | frontend_kwargs()
         args = Namespace(**(frontend | vars(engine_args)))
         state = State()
         tasks = await self._client.get_supported_tasks()

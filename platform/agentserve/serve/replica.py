@@ -148,8 +148,14 @@ class ModelReplica:
         asyncio.get_running_loop().call_later(EXIT_DELAY_S, _kill_this_actor)
 
     async def __del__(self) -> None:
-        self._watchdog.cancel()
-        await self.engine.stop()
+        # __init__ may have stopped early (the engine factory or engine.start() raised):
+        # stop what exists, so a half-started engine's processes are released too
+        watchdog = getattr(self, "_watchdog", None)
+        if watchdog is not None:
+            watchdog.cancel()
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            await engine.stop()
 
 
 def _kill_this_actor() -> None:

@@ -7,7 +7,7 @@ import yaml
 from agentserve.autoscale.model import LatencyModel, speculation_schedule
 from agentserve.autoscale.spec_schedule import with_speculation_schedule
 from agentserve.cli import main
-from agentserve.engine.vllm import speculative_config
+from agentserve.engine.vllm_args import speculative_config
 from agentserve.spec import DeploymentSpec, load_spec
 
 SPEC = DeploymentSpec.model_validate(

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from agentserve.bench.report import finalize, histogram_lines, markdown_table, replace_section
 from agentserve.bench.speculative import histogram_from_positions
-from agentserve.engine.vllm import spec_decode_counters
+from agentserve.engine.vllm_args import spec_decode_counters
 
 
 def _cell(method, tps, outputs, k=0, temperature=0.0, engine="vllm"):

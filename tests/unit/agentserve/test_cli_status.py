@@ -7,8 +7,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from agentserve.cli_status import Report, render, report_rows
-from agentserve.console import Console
+from agentserve.cli.console import Console
+from agentserve.cli.status import Report, render, report_rows
 from agentserve.engine.protocol import EngineStats
 from agentserve.metrics_snapshot import Histogram, parse_metrics
 from agentserve.serve.metrics import ServingMetrics
@@ -137,7 +137,7 @@ def test_render_human_has_the_three_tables():
 
 def test_speedup_estimate_divides_tau_by_the_step_cost_of_drafting():
     from agentserve.autoscale.model import LatencyModel
-    from agentserve.cli_status import speedup_estimate
+    from agentserve.cli.status import speedup_estimate
 
     m = LatencyModel()
     values = {"drafts": 10, "draft_tokens": 70, "accepted_tokens": 25, "running": 2}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentserve.cli_status import (
+from agentserve.cli.console import Console
+from agentserve.cli.status import (
     FAST_BURN,
     SLA_BUDGET,
     SLOW_BURN,
@@ -21,7 +22,6 @@ from agentserve.cli_status import (
     sla_rows,
     sla_state,
 )
-from agentserve.console import Console
 from agentserve.metrics_snapshot import parse_metrics
 from agentserve.serve.metrics import ServingMetrics
 

@@ -8,10 +8,10 @@ import os
 import stat
 
 import pytest
-from agentserve import cli_traces
 from agentserve.cli import build_parser
-from agentserve.cli_traces import PhoenixNotInstalledError, phoenix_executable
-from agentserve.console import Console
+from agentserve.cli import traces as cli_traces
+from agentserve.cli.console import Console
+from agentserve.cli.traces import PhoenixNotInstalledError, phoenix_executable
 
 
 def _executable(path):
@@ -40,7 +40,7 @@ def test_flags_parse():
 
 
 def test_up_traces_without_phoenix_fails_before_anything_starts(monkeypatch, tmp_path, capsys):
-    from agentserve.cli_up import run_up
+    from agentserve.cli.up import run_up
 
     monkeypatch.setattr(cli_traces.sys, "prefix", str(tmp_path))
     monkeypatch.setattr(cli_traces.shutil, "which", lambda _: None)
@@ -48,7 +48,7 @@ def test_up_traces_without_phoenix_fails_before_anything_starts(monkeypatch, tmp
     spec = tmp_path / "spec.yaml"
     spec.write_text("models: [{name: m, engine: fake}]\n")
     args = build_parser().parse_args(["up", "--spec", str(spec), "--port", "1", "--traces"])
-    monkeypatch.setattr("agentserve.cli_up.check_port_free", lambda *_: None)
+    monkeypatch.setattr("agentserve.cli.up.check_port_free", lambda *_: None)
     assert run_up(args, Console(plain=True)) == 2
     assert "install.sh --traces" in capsys.readouterr().err
 

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 from agentserve.cli import build_parser
-from agentserve.cli_up import (
+from agentserve.cli.console import Console
+from agentserve.cli.up import (
     PortInUseError,
     check_drafters,
     check_port_free,
     examples,
     run_up,
-    with_default_drafters,
     with_overrides,
     with_speculation,
 )
-from agentserve.console import Console
 from agentserve.serve.local import describe_progress, ray_num_cpus, readiness
 from agentserve.spec import DeploymentSpec, SpecError, spec_from_dict
+from agentserve.spec_defaults import with_default_drafters
 
 SHIPPED = Path("/drafters/smollm2-dflash")
 

@@ -6,7 +6,7 @@ import io
 import json
 
 import pytest
-from agentserve.console import Console, plain_output
+from agentserve.cli.console import Console, plain_output
 
 
 class _Tty(io.StringIO):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from agentserve.drafters import default_speculation
-from agentserve.models import BUNDLED_MODEL
+from agentserve.model_sources import BUNDLED_MODEL
 
 FIGURES = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "speculative.json"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from agentserve.engine.vllm import DrafterMissingError, engine_kwargs, speculative_config
+from agentserve.engine.vllm_args import DrafterMissingError, engine_kwargs, speculative_config
 from agentserve.spec import DeploymentSpec
 
 
@@ -79,11 +79,10 @@ def test_schedule_validation_is_at_least_as_strict_as_vllm(schedule, ok):
 
 
 def test_frontend_enables_tool_calling_with_a_text_parser():
-    from agentserve.engine.vllm import TOOL_CALL_PARSER, frontend_kwargs
-    from agentserve.spec import ModelSpec
+    from agentserve.engine.vllm_args import TOOL_CALL_PARSER, frontend_kwargs
     from vllm.tool_parsers import ToolParserManager
 
-    kwargs = frontend_kwargs(ModelSpec())
+    kwargs = frontend_kwargs()
     assert kwargs == {"enable_auto_tool_choice": True, "tool_call_parser": TOOL_CALL_PARSER}
     assert ToolParserManager.get_tool_parser(TOOL_CALL_PARSER) is not None
 
@@ -139,7 +138,7 @@ def test_eagle3_points_vllm_at_its_drafter(tmp_path):
 
 
 def test_suffix_without_arctic_inference_is_a_clear_error(monkeypatch):
-    import agentserve.engine.vllm as vllm_args
+    import agentserve.engine.vllm_args as vllm_args
 
     monkeypatch.setattr(vllm_args, "find_spec", lambda name: None)
     with pytest.raises(DrafterMissingError, match="pip install arctic-inference"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from agentserve.engine.vllm import engine_kwargs
+from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.placement import replica_placement
 from agentserve.spec import SPEC_OWNED_ENGINE_ARGS, ModelSpec, SpecError, spec_from_dict
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from agentserve.engine.vllm import DrafterMissingError, speculative_config
+from agentserve.engine.vllm_args import DrafterMissingError, speculative_config
 from agentserve.hub import hub_cache_dir, resolve_hub
-from agentserve.models import ModelNotFoundError, is_hub_id, resolve_model
+from agentserve.model_sources import ModelNotFoundError, is_hub_id, resolve_model
 from agentserve.spec import SpecError, spec_from_dict
 from hub_cache import write_snapshot
 

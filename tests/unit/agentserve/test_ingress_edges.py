@@ -158,7 +158,7 @@ def test_untrusted_host_cannot_read_health_either():
 
 def test_trusted_hosts_come_from_the_spec_or_the_cli():
     from agentserve.cli import build_parser
-    from agentserve.cli_up import with_overrides
+    from agentserve.cli.up import with_overrides
 
     args = build_parser().parse_args(["up", "--trusted-host", "a.lan", "--trusted-host", "b"])
     spec = with_overrides(DeploymentSpec(), None, None, args.trusted_host)

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 from agentserve.engine.fake import FakeEngine
 from agentserve.engine.protocol import Continuation, EngineRequest
-from agentserve.engine.vllm import engine_kwargs
+from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.engine.vllm_engine import continuation_body
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app

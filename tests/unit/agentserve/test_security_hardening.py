@@ -100,7 +100,7 @@ def test_oversized_baggage_and_tracestate_are_not_forwarded():
 
 def test_vllm_fetches_no_remote_media_by_default():
     pytest.importorskip("vllm")
-    from agentserve.engine.vllm import engine_kwargs
+    from agentserve.engine.vllm_args import engine_kwargs
     from agentserve.spec import ModelSpec
     from vllm.multimodal.media.connector import MediaConnector
 

@@ -16,7 +16,7 @@ from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import RateLimitError
 from agentserve.api.quota import RateLimiter
 from agentserve.bench.reliability_tenants import B_SLA, serve_in_thread, tenant_isolation
-from agentserve.cli_up import with_overrides
+from agentserve.cli.up import with_overrides
 from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app

@@ -11,8 +11,8 @@ import time
 import httpx
 import pytest
 from agentserve.bench.reliability_tenants import serve_in_thread
-from agentserve.cli_status import fetch_report
-from agentserve.cli_up import admin_url
+from agentserve.cli.status import fetch_report
+from agentserve.cli.up import admin_url
 from agentserve.engine.fake import FakeEngine
 from agentserve.serve import admin
 from agentserve.serve.admin import AdminGate, is_loopback_client

@@ -218,3 +218,30 @@ def test_vllm_stat_logger_reports_every_step_with_the_requests_the_scheduler_hol
     logger.record(SchedulerStats(), None)  # a step with nothing left
     logger.record(None, None)  # no stats: not a step report
     assert steps == [(3, 2), (0, 0)]
+
+
+def test_a_replica_whose_engine_failed_to_start_still_stops_it():
+    """Serve calls __del__ after a failed __init__: no watchdog exists, the engine stops."""
+
+    class FailingStart(FakeEngine):
+        async def start(self) -> None:
+            self.started = True  # half started: holds resources stop() must release
+            raise RuntimeError("engine failed to start")
+
+    made: list[FailingStart] = []
+
+    def factory(model):
+        made.append(FailingStart(model.name))
+        return made[0]
+
+    model = DeploymentSpec.model_validate({"models": [{"name": "m", "engine": "fake"}]}).models[0]
+
+    async def scenario():
+        replica = ModelReplica.__new__(ModelReplica)
+        with pytest.raises(RuntimeError, match="failed to start"):
+            await replica.__init__(model, factory)
+        await replica.__del__()
+        await ModelReplica.__new__(ModelReplica).__del__()  # the factory itself failed
+
+    asyncio.run(scenario())
+    assert made[0].started is False

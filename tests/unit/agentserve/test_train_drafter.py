@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentserve.train_drafter import _interleaved
+from agentserve.cli.train_drafter import _interleaved
 
 from dflash.train.prompts import Prompt
 
@@ -21,7 +21,7 @@ def test_a_fresh_work_dir_starts_from_the_committed_responses(tmp_path, capsys):
     import gzip
     import json
 
-    from agentserve.train_drafter import RESPONSES_ARCHIVE, _restore_responses
+    from agentserve.cli.train_drafter import RESPONSES_ARCHIVE, _restore_responses
 
     args = argparse.Namespace(model="smollm2-135m-instruct")
     _restore_responses(args, tmp_path)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import jsonschema
 import pytest
 import yaml
 from agentserve.spec import DeploymentSpec
-from agentserve_operator import crd
+from agentserve_operator import chart, crd
 from agentserve_operator.helm_values import values_schema
 from operator_cases import GPU_CR
 
@@ -84,15 +86,15 @@ def test_crd_names_and_columns():
 
 
 def test_checked_in_files_match_the_generator():
-    """Fails when spec.py changed and `python -m agentserve_operator.crd --write` was not run."""
-    for path, text in crd.generated_files().items():
+    """Fails when spec.py changed and `python -m agentserve_operator.chart --write` was not run."""
+    for path, text in chart.generated_files().items():
         assert path.read_text(encoding="utf-8") == text, f"{path} is stale: regenerate it"
-    assert crd.main(["--check"]) == 0
+    assert chart.main(["--check"]) == 0
 
 
 def test_crd_validates_with_kubernetes_schemas():
     kv = pytest.importorskip("kubernetes_validate")
-    kv.validate(yaml.safe_load(crd.CRD_PATH.read_text()), "1.30", strict=True)
+    kv.validate(yaml.safe_load(chart.CRD_PATH.read_text()), "1.30", strict=True)
 
 
 def _spec_validator():
@@ -112,5 +114,15 @@ def test_values_schema_rejects_unknown_and_out_of_range_fields():
 
 
 def test_values_schema_is_valid_json_schema():
-    schema = json.loads(crd.VALUES_SCHEMA_PATH.read_text())
+    schema = json.loads(chart.VALUES_SCHEMA_PATH.read_text())
     jsonschema.Draft7Validator.check_schema(schema)
+
+
+def test_crd_module_imports_neither_the_values_schema_nor_the_chart_writer():
+    """crd.py <- helm_values.py <- chart.py, one way: importing crd alone loads neither."""
+    code = (
+        "import sys, agentserve_operator.crd; "
+        "print(sorted(m for m in sys.modules if m.startswith('agentserve_operator.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() and "helm_values" not in out.stdout and "chart" not in out.stdout

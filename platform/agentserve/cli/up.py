@@ -11,16 +11,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
-from agentserve.console import Console
+from agentserve.cli.console import Console
+from agentserve.cli.signals import StopSignals
+from agentserve.cli.traces import (
+    PhoenixNotInstalledError,
+    add_trace_options,
+    phoenix_executable,
+    traces_for_up,
+)
 from agentserve.spec import (
     BUNDLED_MODEL,
     DRAFTERLESS_METHODS,
@@ -29,6 +33,7 @@ from agentserve.spec import (
     load_spec,
     spec_from_dict,
 )
+from agentserve.spec_defaults import resolve_drafters
 
 __all__ = ["add_parser", "run_up"]
 
@@ -58,54 +63,9 @@ def with_overrides(
     return spec_from_dict(data, source="(with --host/--port/--trusted-host)")
 
 
-def with_default_drafters(
-    spec: DeploymentSpec,
-    flag: bool | None,
-    shipped: Callable[[str], Path | None],
-    default_method: Callable[[str], str | None] = lambda _: "dflash",
-) -> tuple[DeploymentSpec, list[str]]:
-    """Decide each model's speculation; return the spec and notes for the user.
-
-    flag True/False (--drafter/--no-drafter) switches drafting on/off for every model.
-    flag None: a vLLM model of the bundled source whose spec leaves `drafter.enabled`
-    unset speculates with `default_method(source)` (the measured-fastest method; the spec's
-    `drafter.method` wins when set); dflash needs `shipped(source)` to find a drafter.
-    """
-    data = spec.model_dump(mode="json")
-    notes = []
-    for model, entry in zip(spec.models, data["models"], strict=True):
-        if flag is not None:
-            entry["drafter"]["enabled"] = flag
-            continue
-        explicit = "enabled" in model.drafter.model_fields_set
-        if explicit or model.engine != "vllm" or model.source != BUNDLED_MODEL:
-            continue
-        chosen = "method" in model.drafter.model_fields_set
-        method = model.drafter.method if chosen else default_method(model.source)
-        entry["drafter"]["enabled"] = method is not None
-        if method is None:
-            continue
-        entry["drafter"]["method"] = method
-        if method in DRAFTERLESS_METHODS:
-            if not chosen and shipped(model.source) is not None:
-                notes.append(
-                    f"model {model.name}: speculating with {method}, measured faster than "
-                    "its shipped DFlash drafter (docs/benchmarks.md); `--speculation dflash` "
-                    "drafts with DFlash instead"
-                )
-            continue
-        if method == "dflash" and model.drafter.path is None and shipped(model.source) is None:
-            entry["drafter"]["enabled"] = False
-            notes.append(
-                f"model {model.name}: no shipped DFlash drafter installed; serving without "
-                "speculative decoding (train one with `agentserve train-drafter`)"
-            )
-    return spec_from_dict(data, source="(with drafter defaults)"), notes
-
-
 def check_drafters(spec: DeploymentSpec) -> dict[str, str | None]:
     """model name -> drafter directory (None = no drafting); raises DrafterMissingError."""
-    from agentserve.engine.vllm import speculative_config
+    from agentserve.engine.vllm_args import speculative_config
 
     found = {}
     for model in spec.models:
@@ -154,19 +114,16 @@ def check_port_free(host: str, port: int) -> None:
 
 def load_up_spec(args: argparse.Namespace) -> tuple[DeploymentSpec, list[str]]:
     """The spec `up` serves: file or default, flags applied, drafter defaults decided."""
-    from agentserve.drafters import default_speculation, shipped_drafter
-
     spec = load_spec(args.spec) if args.spec else DeploymentSpec()
     spec = with_speculation(spec, getattr(args, "speculation", None))
-    spec, notes = with_default_drafters(spec, args.drafter, shipped_drafter, default_speculation)
+    spec, notes = resolve_drafters(spec, args.drafter)
     return with_overrides(spec, args.host, args.port, args.trusted_host), notes
 
 
 # -- the command -------------------------------------------------------------------------------
 def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
     """`agentserve up`; see the module docstring for the order and exit codes."""
-    from agentserve.cli_traces import PhoenixNotInstalledError, phoenix_executable
-    from agentserve.engine.vllm import DrafterMissingError
+    from agentserve.engine.vllm_args import DrafterMissingError
 
     console = console or Console()
     try:
@@ -183,8 +140,6 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
     for note in notes:
         console.warn(note)
     prepare_models(spec, console)
-    from agentserve.cli_traces import traces_for_up
-
     try:
         # Ray prints task errors and worker lines on sys.stdout; keep stdout for our output.
         with (
@@ -200,7 +155,7 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
 
 def prepare_models(spec: DeploymentSpec, console: Console) -> None:
     """Convert/cache each vLLM model's weights here, with progress, before Ray starts."""
-    from agentserve.models import resolve_model
+    from agentserve.model_sources import resolve_model
 
     for model in spec.models:
         if model.engine != "vllm":
@@ -332,38 +287,6 @@ def _discard_stdout() -> Iterator[None]:
         yield
 
 
-class StopSignals:
-    """`stop` is set by SIGINT/SIGTERM; a second signal interrupts at once (KeyboardInterrupt).
-
-    A context manager that restores the previous handlers on exit. Call `install()` again
-    after ray.init: Ray's core installs its own SIGTERM handler (a stack dump, then abort).
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self.stop.is_set():
-            raise KeyboardInterrupt
-        self.stop.set()
-
-    def install(self) -> None:
-        for sig in self.SIGNALS:
-            old = signal.signal(sig, self._handle)
-            self._previous.setdefault(sig, old)
-
-    def __enter__(self) -> StopSignals:
-        self.install()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self._previous.items():
-            signal.signal(sig, old)
-
-
 # -- the ready banner --------------------------------------------------------------------------
 def _base_url(spec: DeploymentSpec, port: int | None = None) -> str:
     host = spec.server.host
@@ -490,7 +413,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="give up when not ready after this many seconds (default: %(default)s)",
     )
     p.add_argument("--verbose", action="store_true", help="show Ray's, Serve's and vLLM's own logs")
-    from agentserve.cli_traces import add_trace_options
-
     add_trace_options(p, flag=True)  # --traces, --traces-port, --traces-grpc-port
     p.set_defaults(handler=run_up)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.drafters import shipped_drafter
-from agentserve.models import ModelNotFoundError, is_hub_id
+from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
 
 __all__ = [
@@ -193,8 +193,9 @@ def check_engine_args(engine_args: dict[str, Any], where: str = "engine_args") -
             )
 
 
-def frontend_kwargs(model: ModelSpec) -> dict[str, Any]:
-    """vLLM OpenAI-frontend options for `model` (tool calling), merged over FrontendArgs."""
+def frontend_kwargs() -> dict[str, Any]:
+    """vLLM OpenAI-frontend options (tool calling, the same for every model), merged over
+    FrontendArgs."""
     return {"enable_auto_tool_choice": True, "tool_call_parser": TOOL_CALL_PARSER}
 
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentserve.console import Console
+from agentserve.cli.console import Console
 from agentserve.metrics_snapshot import MetricsSnapshot, parse_metrics
 
 __all__ = ["Report", "add_parser", "burn_rate", "report_rows", "run_status", "sla_rows"]

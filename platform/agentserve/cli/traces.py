@@ -18,7 +18,8 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from agentserve.console import Console
+from agentserve.cli.console import Console
+from agentserve.cli.signals import StopSignals
 
 __all__ = ["Phoenix", "add_parser", "add_trace_options", "phoenix_executable", "traces_for_up"]
 
@@ -149,8 +150,6 @@ def traces_for_up(args: argparse.Namespace, console: Console) -> Iterator[str | 
 
 def run_traces(args: argparse.Namespace, console: Console | None = None) -> int:
     """`agentserve traces`: serve Phoenix until Ctrl-C/SIGTERM. Exit 0, 1 (failed), 2."""
-    from agentserve.cli_up import StopSignals
-
     console = console or Console()
     try:
         with StopSignals() as signals, running_phoenix(args, console) as phoenix:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentserve.console import Console
+from agentserve.cli.console import Console
 
 __all__ = ["add_parser", "api_base_url", "run_chat"]
 

@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from agentserve.drafters import DRAFTER_ROOT, shipped_drafter
-    from agentserve.models import resolve_model
+    from agentserve.model_sources import resolve_model
 
     model_dir = resolve_model(args.model)
     work = Path(args.work_dir)

@@ -1,0 +1,71 @@
+"""Defaults decided from a DeploymentSpec before it is served: the speculative method of each
+model whose spec leaves it open.
+
+It lives beside spec.py, not in the CLI, so that everything that turns a spec into a
+deployment (`agentserve up`, the benchmarks) resolves the same spec to the same models.
+The Kubernetes operator does not call it (today): a CR's spec is deployed as written,
+so the bundled model with `drafter.enabled` unset runs without speculation there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from agentserve.drafters import default_speculation, shipped_drafter
+from agentserve.spec import BUNDLED_MODEL, DRAFTERLESS_METHODS, DeploymentSpec, spec_from_dict
+
+__all__ = ["resolve_drafters", "with_default_drafters"]
+
+
+def with_default_drafters(
+    spec: DeploymentSpec,
+    flag: bool | None,
+    shipped: Callable[[str], Path | None],
+    default_method: Callable[[str], str | None] = lambda _: "dflash",
+) -> tuple[DeploymentSpec, list[str]]:
+    """Decide each model's speculation; return the spec and notes for the user.
+
+    flag True/False (--drafter/--no-drafter) switches drafting on/off for every model.
+    flag None: a vLLM model of the bundled source whose spec leaves `drafter.enabled`
+    unset speculates with `default_method(source)` (the measured-fastest method; the spec's
+    `drafter.method` wins when set); dflash needs `shipped(source)` to find a drafter.
+    """
+    data = spec.model_dump(mode="json")
+    notes = []
+    for model, entry in zip(spec.models, data["models"], strict=True):
+        if flag is not None:
+            entry["drafter"]["enabled"] = flag
+            continue
+        explicit = "enabled" in model.drafter.model_fields_set
+        if explicit or model.engine != "vllm" or model.source != BUNDLED_MODEL:
+            continue
+        chosen = "method" in model.drafter.model_fields_set
+        method = model.drafter.method if chosen else default_method(model.source)
+        entry["drafter"]["enabled"] = method is not None
+        if method is None:
+            continue
+        entry["drafter"]["method"] = method
+        if method in DRAFTERLESS_METHODS:
+            if not chosen and shipped(model.source) is not None:
+                notes.append(
+                    f"model {model.name}: speculating with {method}, measured faster than "
+                    "its shipped DFlash drafter (docs/benchmarks.md); `--speculation dflash` "
+                    "drafts with DFlash instead"
+                )
+            continue
+        if method == "dflash" and model.drafter.path is None and shipped(model.source) is None:
+            entry["drafter"]["enabled"] = False
+            notes.append(
+                f"model {model.name}: no shipped DFlash drafter installed; serving without "
+                "speculative decoding (train one with `agentserve train-drafter`)"
+            )
+    return spec_from_dict(data, source="(with drafter defaults)"), notes
+
+
+def resolve_drafters(
+    spec: DeploymentSpec, flag: bool | None = None
+) -> tuple[DeploymentSpec, list[str]]:
+    """`with_default_drafters` with the shipped drafters and the measured default methods
+    (agentserve.drafters): the spec as `agentserve up` serves it, and notes for the user."""
+    return with_default_drafters(spec, flag, shipped_drafter, default_speculation)
