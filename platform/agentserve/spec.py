@@ -342,6 +342,15 @@ class ModelSpec(_Spec):
         "engine's queue serves other classes first and, short of KV cache, preempts batch "
         "requests first. Off: first come, first served.",
     )
+    stream_interval_ms: float = Field(
+        50.0,
+        ge=0,
+        le=1000,
+        description="Streams: the first token goes out at once, then at most one message "
+        "per interval with every token since the last (fewer wake-ups per token between "
+        "replica, ingress, proxy and client, which share the CPUs with the engine). 0: one "
+        "message per engine step.",
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="More vLLM engine arguments, by vLLM's EngineArgs field names (e.g. "

@@ -70,9 +70,10 @@ class HandleBackend:
     async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
         responses, finished = None, False
         try:  # remote() itself raises BackPressureError when the handle's queue is full
-            responses = self.handle.options(stream=True).generate.remote(request)
-            async for delta in responses:
-                yield delta
+            responses = self.handle.options(stream=True).generate_batches.remote(request)
+            async for batch in responses:  # a replica sends what it has, merged
+                for delta in batch:
+                    yield delta
             finished = True
         except (BackPressureError, DeploymentUnavailableError) as err:
             raise EngineUnavailableError(str(err)) from None

@@ -31,6 +31,7 @@ from agentserve.engine.protocol import (
     EngineStats,
     EngineUnavailableError,
 )
+from agentserve.serve.coalesce import coalesced
 from agentserve.serve.replica_stats import ReplicaStats
 from agentserve.serve.spans import speculative_tokens, traced_stream
 from agentserve.spec import ModelSpec, TracingSpec
@@ -100,6 +101,15 @@ class ModelReplica:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()  # a cancelled handle call lands here: the engine aborts
+
+    async def generate_batches(self, request: EngineRequest) -> AsyncIterator[list[Delta]]:
+        """`generate` as the ingress receives it (a Serve streaming method): the first
+        delta at once, then at most one message per model.stream_interval_ms with every
+        delta since the last, merged (serve/coalesce.py): fewer wake-ups per token on the
+        replica -> ingress -> proxy path, which the engine's threads share."""
+        interval_s = self.model.stream_interval_ms / 1000
+        async for batch in coalesced(self.generate(request), interval_s):
+            yield batch
 
     async def stats(self) -> EngineStats:
         return await self.engine.stats()

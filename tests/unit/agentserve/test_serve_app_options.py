@@ -121,7 +121,7 @@ def test_a_full_handle_queue_is_a_503_whichever_call_refuses(refuses_in):
             return self
 
         @property
-        def generate(self):
+        def generate_batches(self):
             return self
 
         def remote(self, _request):
