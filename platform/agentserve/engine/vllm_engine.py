@@ -308,7 +308,7 @@ async def deltas_from_sse(
                 delta = _choice_delta(kind, choice, prompt, output)
                 if delta.finish_reason is not None:
                     finish = delta
-                elif delta.text or delta.tool_calls or delta.reasoning:
+                elif delta.carries_output:
                     yield dataclasses.replace(
                         delta,
                         token_ids=tuple(pending),

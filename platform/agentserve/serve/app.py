@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -31,6 +30,8 @@ from agentserve.engine.protocol import (
     EngineUnavailableError,
 )
 from agentserve.placement import replica_placement
+from agentserve.serve.admission import model_capacity
+from agentserve.serve.names import INGRESS_NAME, deployment_name
 from agentserve.serve.priority import replica_slots
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
 from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, ModelSpec, SLASpec, TenantSpec
@@ -49,7 +50,6 @@ __all__ = [
     "ingress_options",
 ]
 
-INGRESS_NAME = "ingress"
 INGRESS_SPARE_REQUESTS = 64  # over the models' capacity: refusals, health, metrics
 READY_CACHE_S = 1.0
 log = logging.getLogger(__name__)
@@ -173,11 +173,6 @@ class Ingress:
         return app
 
 
-def deployment_name(model: str) -> str:
-    """Serve deployment name for a model id (slashes and colons are not allowed)."""
-    return "model-" + re.sub(r"[^A-Za-z0-9._-]", "-", model)
-
-
 def deployment_options(
     model: ModelSpec, spec: DeploymentSpec, tenant_slas: Mapping[str, SLASpec] | None = None
 ) -> dict[str, Any]:
@@ -264,9 +259,7 @@ def ingress_options(spec: DeploymentSpec) -> dict[str, Any]:
     (503 + Retry-After beyond the queue) is the ingress's own, so Serve must not queue
     requests in front of it (its default, 5 at a time, throttled all streams to 5). It
     drains as long as the models do, since its streams wait on theirs."""
-    capacity = sum(
-        m.max_num_seqs * m.replicas.max_replicas + spec.server.max_queue_len for m in spec.models
-    )
+    capacity = sum(model_capacity(m, spec.server.max_queue_len) for m in spec.models)
     return {
         "name": INGRESS_NAME,
         "ray_actor_options": {"num_cpus": 0},

@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from agentserve.engine.protocol import EngineStats
+from agentserve.serve.admission import model_capacity
 from agentserve.engine.spec_by_batch import bucket_counts
 
 __all__ = ["CONTENT_TYPE", "ModelLimits", "ServingMetrics", "model_limits", "sla_objectives"]
@@ -115,11 +116,10 @@ class ModelLimits(NamedTuple):
 
 
 def model_limits(spec) -> dict[str, ModelLimits]:
-    """model -> ModelLimits for a DeploymentSpec. Capacity = max_num_seqs per replica at
-    max_replicas plus server.max_queue_len."""
+    """model -> ModelLimits for a DeploymentSpec (capacity: serve/admission.py)."""
     return {
         m.name: ModelLimits(
-            m.max_num_seqs * m.replicas.max_replicas + spec.server.max_queue_len,
+            model_capacity(m, spec.server.max_queue_len),
             m.replicas.min_replicas,
             m.drafter.min_acceptance_length if m.drafter.enabled else None,
         )
