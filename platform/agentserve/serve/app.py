@@ -34,13 +34,22 @@ from agentserve.serve.admission import model_capacity
 from agentserve.serve.names import INGRESS_NAME, deployment_name
 from agentserve.serve.priority import replica_slots
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
-from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, ModelSpec, SLASpec, TenantSpec
+from agentserve.serve.status import add_status_route, current_status
+from agentserve.spec import (
+    BUNDLED_MODEL,
+    DeploymentSpec,
+    ModelSpec,
+    SLASpec,
+    TenantSpec,
+    spec_from_dict,
+)
 from agentserve.tenant_config import (
     TENANTS_FROM_USER_CONFIG,
     ingress_user_config,
     spec_from_app_args,
     tenants_from_user_config,
 )
+from agentserve.tracing import make_tracer
 
 __all__ = [
     "HandleBackend",
@@ -110,8 +119,6 @@ class HandleBackend:
 
 def _running_replicas(app: str, deployment: str) -> int | None:
     """RUNNING replicas of one deployment (a blocking call to the Serve controller)."""
-    from agentserve.serve.status import current_status
-
     try:
         status = current_status()
         states = status["applications"][app]["deployments"][deployment]["replicas"]
@@ -161,9 +168,9 @@ class Ingress:
         log.info("ingress tenants updated: %d tenant(s)", len(self.tenants))
 
     def __serve_build_asgi_app__(self) -> Any:
+        # lazy: the ingress imports vLLM's protocol models (api/openai.py); only the
+        # ingress replica needs them, not every process that imports this module
         from agentserve.serve.ingress import create_app
-        from agentserve.serve.status import add_status_route
-        from agentserve.tracing import make_tracer
 
         tracer = make_tracer(self.spec.tracing, os.environ, "ingress")
         backends = {n: HandleBackend(h) for n, h in self.models.items()}
@@ -276,8 +283,6 @@ def build_app_from_args(args: dict[str, Any]) -> serve.Application:
     `agentserve.serve.app:build_app_from_args`): args = tenant_config.app_args(spec) (the
     tenants then come as the ingress deployment's user_config), or {"spec": the whole
     DeploymentSpec as a dict}."""
-    from agentserve.spec import spec_from_dict
-
     if "spec" not in args:
         raise ValueError('serve application args need a "spec" entry (the DeploymentSpec)')
     if args.get("tenants_from") == TENANTS_FROM_USER_CONFIG:

@@ -28,7 +28,6 @@ from agentserve.engine.protocol import Delta
 from agentserve.serve.replica_stats import ACCEPTED_AT_HEADER, TENANT_HEADER, ReplicaStats
 
 
-
 def p95(samples: list[float]) -> float:
     """Test oracle: nearest-rank p95 of raw samples (the statistic before bucketing)."""
     ordered = sorted(samples)
