@@ -63,7 +63,7 @@ def _plain(body: Any) -> dict[str, Any]:
 
 @kopf.on.startup()
 def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    from agentserve_operator.k8s import KubeCluster
+    from agentserve_operator.k8s import KubeCluster  # lazy: the kubernetes client (heavy)
 
     settings.posting.level = logging.WARNING  # kopf's own Events: problems only
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 from agentserve.placement import gpus_per_node, replica_placement
+from agentserve.serve.names import INGRESS_NAME, deployment_name
 from agentserve.spec import ModelSpec, TolerationSpec, to_yaml
 from agentserve.tenant_config import app_args, ingress_user_config
 
@@ -34,7 +35,6 @@ LABEL_MODEL = "agentserve.dev/model-group"
 GPU = "nvidia.com/gpu"
 POD_IP_ENV = {"name": "AGENTSERVE_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 HEAD_RESOURCE = "agentserve-head"  # only the head pod has it; the ingress asks for it
-INGRESS_DEPLOYMENT = "ingress"  # agentserve.serve.app.INGRESS_NAME (no Ray import here)
 API_VERSIONS = {
     "ConfigMap": "v1",
     "NetworkPolicy": "networking.k8s.io/v1",
@@ -94,11 +94,6 @@ def _meta(d: r.Desired, role: str, component: str) -> dict[str, Any]:
     }
 
 
-def serve_deployment_name(model: str) -> str:
-    """Serve deployment name of a model (the rule of agentserve.serve.app.deployment_name)."""
-    return "model-" + re.sub(r"[^A-Za-z0-9._-]", "-", model)
-
-
 def worker_group_name(model: str) -> str:
     """KubeRay worker group (and Ray custom resource) of a model: DNS-safe, unique, short."""
     slug = re.sub(r"[^a-z0-9-]+", "-", model.lower()).strip("-")[:24].strip("-") or "model"
@@ -121,7 +116,7 @@ def serve_config(d: r.Desired) -> dict[str, Any]:
     so changing a key or a limit is a lightweight update of the ingress alone."""
     deployments = [
         {
-            "name": serve_deployment_name(m.name),
+            "name": deployment_name(m.name),
             **replica_placement(m, group_resource=worker_group_name(m.name)),
         }
         for m in d.spec.models
@@ -129,7 +124,7 @@ def serve_config(d: r.Desired) -> dict[str, Any]:
     ingress = {"num_cpus": 0, "resources": {HEAD_RESOURCE: 1}}
     deployments.append(
         {
-            "name": INGRESS_DEPLOYMENT,
+            "name": INGRESS_NAME,
             "ray_actor_options": ingress,
             # tenants apart from args: a key rotation updates only the ingress in place
             "user_config": ingress_user_config(d.spec),

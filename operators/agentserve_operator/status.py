@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentserve.serve.names import deployment_name
+
 from agentserve_operator import manifests as m
 from agentserve_operator import resource as r
 
@@ -71,7 +73,7 @@ def model_statuses(d: r.Desired, obs: Observation) -> list[dict[str, Any]]:
             for p in obs.pods
             if p.get("metadata", {}).get("labels", {}).get(m.LABEL_MODEL) == group and _pod_ready(p)
         )
-        serve = deployments.get(m.serve_deployment_name(model.name)) or {}
+        serve = deployments.get(deployment_name(model.name)) or {}
         out.append({
             "name": model.name,
             "readyReplicas": ready,

@@ -7,6 +7,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentserve.cli.generate import chat_prompt_ids
+from dflash.train.prompts import heldout_prompts
+from dflash.train.responses import load_responses
+
 __all__ = ["card_for_run", "card_line", "evaluate_tau", "plot_curve", "write_card"]
 
 
@@ -19,7 +23,7 @@ def evaluate_tau(
     max_new_tokens: int = 128,
 ) -> dict[str, Any]:
     """Greedy DFlash on held-out prompts through the reference loop: tau and per-position rates."""
-    from dflash.generate import generate
+    from dflash.generate import generate  # lazy: torch
 
     taus, accepted, drafted = [], None, 0
     for i in range(0, len(prompts), 8):
@@ -163,10 +167,7 @@ def card_for_run(
     stages: tuple[str, ...] = ("data", "features", "train", "export"),
 ) -> None:
     """Evaluate tau on held-out prompts and write README.md, loss_curve.png, eval.json."""
-    from agentserve.cli.generate import chat_prompt_ids
-    from dflash.train.features import FeatureStore
-    from dflash.train.prompts import heldout_prompts
-    from dflash.train.responses import load_responses
+    from dflash.train.features import FeatureStore  # lazy: torch
 
     held = heldout_prompts()
     half = eval_prompts // 2

@@ -7,6 +7,7 @@ from pathlib import Path
 from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL
 
 __all__ = [
+    "BUNDLED_DRAFTER_DIR",
     "DEFAULT_SPECULATION",
     "DRAFTER_ROOT",
     "default_speculation",
@@ -15,7 +16,9 @@ __all__ = [
 ]
 
 DRAFTER_ROOT = Path(__file__).parent / "drafters"
-_SHIPPED = {BUNDLED_MODEL: "smollm2-135m-instruct-dflash"}
+BUNDLED_DRAFTER_DIR = DRAFTER_ROOT / f"{BUNDLED_MODEL}-dflash"
+"""Where the bundled model's drafter ships (and where train-drafter writes it)."""
+_SHIPPED = {BUNDLED_MODEL: BUNDLED_DRAFTER_DIR.name}
 # SmolLM2's `<empty_output>`: a special token chat never produces; the drafter's mask slot.
 _MASK_TOKEN_IDS = {BUNDLED_MODEL: 16}
 # The speculative method `agentserve up` uses for a model whose spec picks none: the one

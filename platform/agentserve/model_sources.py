@@ -140,7 +140,7 @@ def resolve_model(
         target = cache_root() / "models" / BUNDLED_MODEL
         return _ensure_converted(target, convert or convert_bundled, progress)
     if is_hub_id(source) and not Path(source).is_dir():  # an existing ./org/name wins
-        from agentserve.hub import resolve_hub
+        from agentserve.hub import resolve_hub  # lazy: hub imports this module (circle)
 
         return resolve_hub(source, revision, progress=progress)
     return _local_model_dir(source)

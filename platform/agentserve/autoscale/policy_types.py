@@ -11,11 +11,23 @@ from typing import Any, NamedTuple
 
 from agentserve.autoscale.burst import BurstKnobs
 from agentserve.autoscale.model import LatencyModel
-from agentserve.spec import DeploymentSpec, ModelNotInSpecError
+from agentserve.spec import (
+    AutoscalingSpec,
+    DeploymentSpec,
+    ModelNotInSpecError,
+    ModelSpec,
+    ReplicaSpec,
+)
 
 __all__ = ["PolicySpec", "PolicyState", "ScaleDecision", "Sla", "Snapshot", "TenantLatency"]
 
-_OPEN_MODE_SLA = (1000.0, 100.0)
+# The knobs' defaults are the spec's (one source): a PolicySpec() decides as
+# PolicySpec.from_deployment does for a spec that sets nothing.
+_AUTOSCALING = AutoscalingSpec()
+_REPLICAS = ReplicaSpec()
+_MAX_NUM_SEQS: int = ModelSpec.model_fields["max_num_seqs"].default
+DEFAULT_REPLICA_START_S = 60.0
+"""Expected cold-start time of a replica when nothing measured says otherwise."""
 
 
 class Sla(NamedTuple):
@@ -72,26 +84,36 @@ class PolicySpec:
     replicas kept beyond the target (applied by the fleet, see standby.py).
     """
 
-    min_replicas: int = 1
-    max_replicas: int = 1
-    max_num_seqs: int = 8
+    min_replicas: int = _REPLICAS.min_replicas
+    max_replicas: int = _REPLICAS.max_replicas
+    max_num_seqs: int = _MAX_NUM_SEQS
     slas: Mapping[str, Sla] = field(default_factory=dict)
-    default_sla: Sla = field(default_factory=lambda: Sla(*_OPEN_MODE_SLA))
-    upscale_ratio: float = 1.0
-    downscale_ratio: float = 0.6
-    upscale_delay_s: float = 10.0
-    downscale_delay_s: float = 120.0
-    scale_to_zero_idle_s: float | None = None
-    cold_start_hold_timeout_s: float = 120.0
-    target_utilization: float = 0.8
+    default_sla: Sla = field(
+        default_factory=lambda: Sla(
+            _AUTOSCALING.open_mode_sla.ttft_p95_ms, _AUTOSCALING.open_mode_sla.tpot_p95_ms
+        )
+    )
+    upscale_ratio: float = _AUTOSCALING.upscale_sla_ratio
+    downscale_ratio: float = _AUTOSCALING.downscale_sla_ratio
+    upscale_delay_s: float = _AUTOSCALING.upscale_delay_s
+    downscale_delay_s: float = _AUTOSCALING.downscale_delay_s
+    scale_to_zero_idle_s: float | None = _AUTOSCALING.scale_to_zero_idle_s
+    cold_start_hold_timeout_s: float = _AUTOSCALING.cold_start_hold_timeout_s
+    target_utilization: float = _AUTOSCALING.target_utilization
     max_drafted: int = 0
     model: LatencyModel | None = None
-    replica_start_s: float = 60.0
+    replica_start_s: float = DEFAULT_REPLICA_START_S
     max_upscale_factor: float = 2.0
     staffing_z: float = 2.0
     use_tpot: bool = True
-    burst: BurstKnobs = field(default_factory=BurstKnobs)
-    standby_replicas: int = 0
+    burst: BurstKnobs = field(
+        default_factory=lambda: BurstKnobs(
+            burst_ratio=_AUTOSCALING.burst_ratio,
+            look_back_s=_AUTOSCALING.look_back_period_s,
+            lead_s=DEFAULT_REPLICA_START_S,
+        )
+    )
+    standby_replicas: int = _AUTOSCALING.standby_replicas
 
     @property
     def mid_ratio(self) -> float:
@@ -105,7 +127,7 @@ class PolicySpec:
         model_name: str | None = None,
         *,
         latency_model: LatencyModel | None = None,
-        replica_start_s: float = 60.0,
+        replica_start_s: float = DEFAULT_REPLICA_START_S,
         tenant_slas: Mapping[str, Any] | None = None,
     ) -> PolicySpec:
         """Knobs for one model of `spec` (the first when `model_name` is None);

@@ -1,7 +1,7 @@
 """`agentserve generate`: run prompts through the DFlash reference loop and report tau.
 
-torch and dflash (which imports torch) are imported inside the functions that run the loop,
-so building the CLI parser stays cheap.
+torch and the dflash modules that import it (all but dflash.config) are imported inside
+the functions that run the loop, so building the CLI parser stays cheap.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentserve.drafters import mask_token_id_for, shipped_drafter
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from dflash.config import DFlashConfig
 
 if TYPE_CHECKING:
     from dflash.generate import GenerationResult
@@ -39,7 +40,6 @@ def load_drafter_choice(
     """'none' | 'random' | 'auto' | a directory -> a drafter on the target's device/dtype."""
     import torch
 
-    from dflash.config import DFlashConfig
     from dflash.export import load_drafter
     from dflash.model import DFlashDrafter
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from agentserve.autoscale.model import LatencyModel
+from agentserve.autoscale.spec_schedule import with_speculation_schedule
 from agentserve.spec import DeploymentSpec, load_spec, spec_json_schema, to_yaml
 
 __all__ = ["add_parser"]
@@ -17,9 +19,6 @@ def _cmd_spec(args: argparse.Namespace) -> int:
         return 0
     spec = load_spec(args.file) if args.file else DeploymentSpec()
     if args.action == "speculation-schedule":
-        from agentserve.autoscale.model import LatencyModel
-        from agentserve.autoscale.spec_schedule import with_speculation_schedule
-
         latency = LatencyModel.load(args.latency_model) if args.latency_model else None
         print(to_yaml(with_speculation_schedule(spec, latency, args.model)), end="")
         return 0

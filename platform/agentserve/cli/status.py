@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentserve.autoscale.model import LatencyModel
 from agentserve.cli.console import Console
 from agentserve.metrics_snapshot import MetricsSnapshot, parse_metrics
 
@@ -151,8 +152,6 @@ def speedup_estimate(values: dict[str, float]) -> float | None:
     """Decode speedup over no speculation implied by the measured acceptance: tokens per
     step (tau) divided by how much longer a step verifying k drafts takes than a plain step
     at the current batch (the autoscaler's fitted step-cost model). None without drafts."""
-    from agentserve.autoscale.model import LatencyModel
-
     drafts, drafted = values.get("drafts"), values.get("draft_tokens")
     if not drafts or not drafted:
         return None

@@ -16,6 +16,24 @@ import random
 from pathlib import Path
 
 import dflash.train as dflash_train
+from agentserve.drafter_card import card_for_run, card_line
+from agentserve.drafters import BUNDLED_DRAFTER_DIR, mask_token_id_for, shipped_drafter
+from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from dflash.config import DFlashConfig
+from dflash.train.code_prompts import (
+    TRAINING_PACKAGES,
+    StdlibIndex,
+    agent_prompts,
+    code_prompts,
+    collect_snippets,
+)
+from dflash.train.prompts import TOPICS, Prompt, check_disjoint, heldout_prompts, training_prompts
+from dflash.train.responses import (
+    generate_responses,
+    load_responses,
+    self_written_prompts,
+    start_engine,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -29,9 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--model", default="smollm2-135m-instruct", help="bundled model name or local HF dir"
-    )
+    p.add_argument("--model", default=BUNDLED_MODEL, help="bundled model name or local HF dir")
     p.add_argument(
         "--work-dir",
         default="runs/drafter-smollm2",
@@ -158,14 +174,6 @@ def _record_command(work: Path, stages: tuple[str, ...]) -> None:
 
 
 def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
-    from dflash.train.prompts import check_disjoint, heldout_prompts, training_prompts
-    from dflash.train.responses import (
-        generate_responses,
-        load_responses,
-        self_written_prompts,
-        start_engine,
-    )
-
     responses = work / "responses.jsonl"
     prompts = training_prompts(args.num_prompts, seed=args.seed)
     prompts += _context_prompts(args, work / "context_prompts.jsonl")
@@ -178,8 +186,6 @@ def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
         str(model_dir), max_model_len=DATA_MAX_MODEL_LEN, max_num_seqs=64, seed=args.seed
     )
     if args.self_written and not self_path.exists():
-        from dflash.train.prompts import TOPICS
-
         own = self_written_prompts(llm, TOPICS, args.self_written, seed=args.seed)
         _save_prompts(own, self_path)
     prompts += _load_prompts(self_path)
@@ -196,7 +202,7 @@ def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
 
 
 RESPONSES_ARCHIVE = (
-    Path(dflash_train.__file__).parent / "data" / "smollm2-135m-instruct-responses.jsonl.gz"
+    Path(dflash_train.__file__).parent / "data" / f"{BUNDLED_MODEL}-responses.jsonl.gz"
 )
 """The bundled model's generated training responses as committed (hours of CPU work): a
 fresh work dir starts from them and the data stage continues where they end."""
@@ -207,7 +213,7 @@ def _restore_responses(args: argparse.Namespace, work: Path) -> None:
     import shutil
 
     target = work / "responses.jsonl"
-    if target.exists() or args.model != "smollm2-135m-instruct" or not RESPONSES_ARCHIVE.exists():
+    if target.exists() or args.model != BUNDLED_MODEL or not RESPONSES_ARCHIVE.exists():
         return
     with gzip.open(RESPONSES_ARCHIVE, "rb") as src, target.open("wb") as dst:
         shutil.copyfileobj(src, dst)
@@ -234,8 +240,6 @@ def _save_prompts(prompts: list, path: Path) -> None:
 
 
 def _load_prompts(path: Path) -> list:
-    from dflash.train.prompts import Prompt
-
     if not path.exists():
         return []
     return [Prompt(**json.loads(line)) for line in path.read_text().splitlines()]
@@ -245,14 +249,6 @@ def _context_prompts(args: argparse.Namespace, path: Path) -> list:
     """Code-context and agent prompts, built once and kept in the work dir (they depend on
     the installed packages, so a resumed job must reuse the same list)."""
     if not path.exists() and (args.code_prompts or args.agent_prompts):
-        from dflash.train.code_prompts import (
-            TRAINING_PACKAGES,
-            StdlibIndex,
-            agent_prompts,
-            code_prompts,
-            collect_snippets,
-        )
-
         print("data: indexing the standard library (excluded) and third-party code", flush=True)
         snippets = collect_snippets(TRAINING_PACKAGES, StdlibIndex(), seed=args.seed)
         built = code_prompts(snippets, args.code_prompts, seed=args.seed)
@@ -263,9 +259,6 @@ def _context_prompts(args: argparse.Namespace, path: Path) -> list:
 
 
 def _drafter_config(args: argparse.Namespace, target, tokenizer):
-    from agentserve.drafters import mask_token_id_for
-    from dflash.config import DFlashConfig
-
     return DFlashConfig.for_target(
         target.config,
         mask_token_id=mask_token_id_for(args.model, tokenizer),
@@ -277,9 +270,7 @@ def _drafter_config(args: argparse.Namespace, target, tokenizer):
 
 def _warm_start(args: argparse.Namespace, drafter, target) -> None:
     """Initialise the drafter before step 0 (a resumed run loads its checkpoint instead)."""
-    from agentserve.drafter_card import card_line
-    from agentserve.drafters import shipped_drafter
-    from dflash.train.trainer import init_from_target, warm_start_from
+    from dflash.train.trainer import init_from_target, warm_start_from  # lazy: torch
 
     choice = args.init_from
     if choice == "shipped":
@@ -308,7 +299,7 @@ def _note_warm_start(args: argparse.Namespace, what: str) -> None:
 
 
 def _set_draft_vocab(drafter, target, tokenizer, records: list[dict]) -> None:
-    from dflash.train.trainer import select_draft_vocab
+    from dflash.train.trainer import select_draft_vocab  # lazy: torch
 
     always = tuple(sorted({i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i}))
     ids, covered = select_draft_vocab(
@@ -322,9 +313,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoTokenizer
 
-    from agentserve.drafters import DRAFTER_ROOT, shipped_drafter
-    from agentserve.model_sources import resolve_model
-
     model_dir = resolve_model(args.model)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -336,11 +324,11 @@ def run(args: argparse.Namespace) -> int:
     if not set(stages) & {"features", "train", "export"}:
         return 0
 
+    # lazy: torch, and only for these stages
     from dflash.export import save_drafter
     from dflash.model import DFlashDrafter
     from dflash.target import load_target
     from dflash.train.features import FeatureStore, extract_features
-    from dflash.train.responses import load_responses
     from dflash.train.trainer import TrainConfig, train
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -378,15 +366,9 @@ def run(args: argparse.Namespace) -> int:
     if "export" in stages:
         state = torch.load(work / "train" / "checkpoint.pt", weights_only=False)
         drafter.load_state_dict(state["drafter"])
-        out = (
-            Path(args.out)
-            if args.out
-            else (shipped_drafter(args.model) or DRAFTER_ROOT / "smollm2-135m-instruct-dflash")
-        )
+        out = Path(args.out) if args.out else (shipped_drafter(args.model) or BUNDLED_DRAFTER_DIR)
         shard_bytes = int(args.max_shard_mib * 2**20) if args.max_shard_mib > 0 else None
         save_drafter(drafter, out, max_shard_bytes=shard_bytes)
-        from agentserve.drafter_card import card_for_run
-
         card_for_run(
             out,
             work,

@@ -25,6 +25,12 @@ from agentserve.cli.traces import (
     phoenix_executable,
     traces_for_up,
 )
+from agentserve.drafters import default_speculation
+from agentserve.engine.vllm_args import DrafterMissingError, speculative_config
+from agentserve.model_sources import resolve_model
+from agentserve.serve import local
+from agentserve.serve.local import current_app_state, describe_progress, readiness
+from agentserve.serve.names import deployment_name
 from agentserve.spec import (
     BUNDLED_MODEL,
     DRAFTERLESS_METHODS,
@@ -65,8 +71,6 @@ def with_overrides(
 
 def check_drafters(spec: DeploymentSpec) -> dict[str, str | None]:
     """model name -> drafter directory (None = no drafting); raises DrafterMissingError."""
-    from agentserve.engine.vllm_args import speculative_config
-
     found = {}
     for model in spec.models:
         config = speculative_config(model)
@@ -123,8 +127,6 @@ def load_up_spec(args: argparse.Namespace) -> tuple[DeploymentSpec, list[str]]:
 # -- the command -------------------------------------------------------------------------------
 def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
     """`agentserve up`; see the module docstring for the order and exit codes."""
-    from agentserve.engine.vllm_args import DrafterMissingError
-
     console = console or Console()
     try:
         spec, notes = load_up_spec(args)
@@ -155,8 +157,6 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
 
 def prepare_models(spec: DeploymentSpec, console: Console) -> None:
     """Convert/cache each vLLM model's weights here, with progress, before Ray starts."""
-    from agentserve.model_sources import resolve_model
-
     for model in spec.models:
         if model.engine != "vllm":
             continue
@@ -177,8 +177,6 @@ def _serve(
     console: Console,
     signals: StopSignals,
 ) -> int:
-    from agentserve.serve import local
-
     stop = signals.stop
     started = time.monotonic()
     console.event(
@@ -218,9 +216,6 @@ def _wait_ready(
     timeout_s: float,
 ) -> bool:
     """Poll Serve and /health until ready; False on failure, timeout or a stop signal."""
-    from agentserve.serve.app import deployment_name
-    from agentserve.serve.local import current_app_state, describe_progress, readiness
-
     names = {deployment_name(m.name): m.name for m in spec.models}
     uses_vllm = any(m.engine == "vllm" for m in spec.models)
     last_plain = 0.0
@@ -252,8 +247,6 @@ def _wait_ready(
 
 def _watch(console: Console, stop: threading.Event, every_s: float = 5.0) -> None:
     """While serving: report when the app's health changes, until a stop signal."""
-    from agentserve.serve.local import current_app_state, readiness
-
     last = "ready"
     while not stop.wait(every_s):
         try:
@@ -364,8 +357,6 @@ def _clock(seconds: float) -> str:
 
 
 def _default_method() -> str:
-    from agentserve.drafters import default_speculation
-
     return default_speculation(BUNDLED_MODEL) or "none"
 
 

@@ -139,6 +139,19 @@ class Delta:
     logprobs: tuple[dict[str, Any], ...] = ()
     index: int = 0
 
+    @property
+    def carries_output(self) -> bool:
+        """Whether the client receives output in this delta: text, tool-call deltas or
+        reasoning. The one definition of "output" for TTFT (ingress, replica statistics,
+        replica spans) and for what a migration has already passed on (serve/migrate.py)."""
+        return bool(self.text or self.tool_calls or self.reasoning)
+
+    @property
+    def visible(self) -> bool:
+        """Whether the client sees this delta at all: output, or the finish (an empty
+        answer's first and only visible event, so its TTFT is the time to finish)."""
+        return self.carries_output or bool(self.finish_reason)
+
 
 @dataclass(frozen=True)
 class EngineStats:

@@ -15,6 +15,7 @@ from typing import Any
 from agentserve.drafters import shipped_drafter
 from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
+from dflash.config import DFlashConfig
 
 __all__ = [
     "DrafterMissingError",
@@ -50,7 +51,7 @@ def _drafter_dir(model: ModelSpec) -> Path:
     the hub cache) here, so the checkpoint checks below always read real files."""
     drafter = model.drafter
     if drafter.path and is_hub_id(drafter.path):
-        from agentserve.hub import resolve_hub
+        from agentserve.hub import resolve_hub  # lazy: huggingface_hub, hub ids only
 
         try:
             path: Path | None = resolve_hub(drafter.path, drafter.revision)
@@ -71,8 +72,6 @@ def _drafter_dir(model: ModelSpec) -> Path:
 def _check_dflash_drafter(model: ModelSpec, path: Path) -> None:
     """Refuse, by field, a drafter checkpoint vLLM would run wrongly or more drafts than it
     was trained to make (positions past its block are untrained guesses)."""
-    from dflash.config import DFlashConfig
-
     try:
         cfg = DFlashConfig.load(path)
     except (ValueError, KeyError) as exc:

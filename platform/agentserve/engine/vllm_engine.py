@@ -39,6 +39,7 @@ from agentserve.engine.vllm_args import engine_kwargs, frontend_kwargs, spec_dec
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
 from agentserve.engine.vllm_paths import check_vllm_paths
 from agentserve.engine.vllm_ray import config_in_placement_group, needs_placement_group
+from agentserve.model_sources import resolve_model
 from agentserve.spec import ModelSpec
 
 __all__ = ["VLLMEngine", "continuation_body", "deltas_from_sse", "request_error_from_vllm"]
@@ -88,8 +89,6 @@ class VLLMEngine:
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
         from vllm.entrypoints.launchers.cli_args import FrontendArgs
         from vllm.v1.engine.async_llm import AsyncLLM
-
-        from agentserve.model_sources import resolve_model
 
         _cpu_defaults()
         ensure_fixes_enabled()
@@ -308,7 +307,7 @@ async def deltas_from_sse(
                 delta = _choice_delta(kind, choice, prompt, output)
                 if delta.finish_reason is not None:
                     finish = delta
-                elif delta.text or delta.tool_calls or delta.reasoning:
+                elif delta.carries_output:
                     yield dataclasses.replace(
                         delta,
                         token_ids=tuple(pending),

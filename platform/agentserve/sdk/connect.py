@@ -19,13 +19,14 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from agentserve import tracing as t
+from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.sdk.otel import SpanRecorder, format_tree, make_sdk_provider
 from agentserve.sdk.transport import TraceHeaders, http_client
 
 __all__ = ["Connection", "connect"]
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
-DEFAULT_MODEL = "smollm2-135m-instruct"  # the bundled model `agentserve up` serves
+DEFAULT_MODEL = BUNDLED_MODEL  # the bundled model `agentserve up` serves
 TREE_ATTRIBUTES = (t.CONVERSATION_ID, t.INPUT_TOKENS, t.OUTPUT_TOKENS, t.FINISH_REASONS)
 
 
@@ -123,7 +124,7 @@ def _configure_openai_agents(client: Any, model: str, provider, hooks: TraceHead
         import agents
     except ImportError:
         return False
-    from agentserve.sdk.agents_tracing import GenAITraceProcessor
+    from agentserve.sdk.agents_tracing import GenAITraceProcessor  # lazy: imports `agents`
 
     agents.set_default_openai_client(client, use_for_tracing=False)
     agents.set_default_openai_api("chat_completions")

@@ -24,10 +24,20 @@ from agentserve.api.auth import Tenant
 from agentserve.api.errors import ModelNotFoundError, OverloadedError, RateLimitError
 from agentserve.api.quota import Lease
 from agentserve.engine.protocol import Delta
+from agentserve.spec import ModelSpec
 
-__all__ = ["AdmittedCall", "QueueShares", "estimate_prompt_tokens", "token_reservation"]
+__all__ = ["AdmittedCall", "QueueShares", "estimate_prompt_tokens", "model_capacity"]
+__all__ += ["token_reservation"]
 
 CHARS_PER_TOKEN = 4  # typical for English BPE vocabularies; settled to the real count
+
+
+def model_capacity(model: ModelSpec, max_queue_len: int) -> int:
+    """Requests the ingress admits for `model` (running plus queued) before answering
+    503: every engine slot at max_replicas (max_num_seqs each) plus the queue. The one
+    definition: admission, the capacity gauge the alerts read, and the ingress
+    deployment's own max_ongoing_requests (serve/app.py) all use it."""
+    return model.max_num_seqs * model.replicas.max_replicas + max_queue_len
 
 
 @dataclass
@@ -49,7 +59,7 @@ class AdmittedCall:
     sent: int = 0  # slots it holds toward the model's replicas (serve/priority.py)
 
     def see(self, delta: Delta, now: float) -> None:
-        if self.first is None and (delta.text or delta.tool_calls or delta.finish_reason):
+        if self.first is None and delta.visible:
             self.first = now
         self.last = now
         self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -31,15 +30,26 @@ from agentserve.engine.protocol import (
     EngineUnavailableError,
 )
 from agentserve.placement import replica_placement
+from agentserve.serve.admission import model_capacity
+from agentserve.serve.names import INGRESS_NAME, deployment_name
 from agentserve.serve.priority import replica_slots
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
-from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, ModelSpec, SLASpec, TenantSpec
+from agentserve.serve.status import add_status_route, current_status
+from agentserve.spec import (
+    BUNDLED_MODEL,
+    DeploymentSpec,
+    ModelSpec,
+    SLASpec,
+    TenantSpec,
+    spec_from_dict,
+)
 from agentserve.tenant_config import (
     TENANTS_FROM_USER_CONFIG,
     ingress_user_config,
     spec_from_app_args,
     tenants_from_user_config,
 )
+from agentserve.tracing import make_tracer
 
 __all__ = [
     "HandleBackend",
@@ -49,7 +59,6 @@ __all__ = [
     "ingress_options",
 ]
 
-INGRESS_NAME = "ingress"
 INGRESS_SPARE_REQUESTS = 64  # over the models' capacity: refusals, health, metrics
 READY_CACHE_S = 1.0
 log = logging.getLogger(__name__)
@@ -111,8 +120,6 @@ class HandleBackend:
 
 def _running_replicas(app: str, deployment: str) -> int | None:
     """RUNNING replicas of one deployment (a blocking call to the Serve controller)."""
-    from agentserve.serve.status import current_status
-
     try:
         status = current_status()
         states = status["applications"][app]["deployments"][deployment]["replicas"]
@@ -162,9 +169,9 @@ class Ingress:
         log.info("ingress tenants updated: %d tenant(s)", len(self.tenants))
 
     def __serve_build_asgi_app__(self) -> Any:
+        # lazy: the ingress imports vLLM's protocol models (api/openai.py); only the
+        # ingress replica needs them, not every process that imports this module
         from agentserve.serve.ingress import create_app
-        from agentserve.serve.status import add_status_route
-        from agentserve.tracing import make_tracer
 
         tracer = make_tracer(self.spec.tracing, os.environ, "ingress")
         backends = {n: HandleBackend(h) for n, h in self.models.items()}
@@ -172,11 +179,6 @@ class Ingress:
         add_status_route(app)  # GET /status: Serve deployments and replicas
         self.asgi = app
         return app
-
-
-def deployment_name(model: str) -> str:
-    """Serve deployment name for a model id (slashes and colons are not allowed)."""
-    return "model-" + re.sub(r"[^A-Za-z0-9._-]", "-", model)
 
 
 def deployment_options(
@@ -265,9 +267,7 @@ def ingress_options(spec: DeploymentSpec) -> dict[str, Any]:
     (503 + Retry-After beyond the queue) is the ingress's own, so Serve must not queue
     requests in front of it (its default, 5 at a time, throttled all streams to 5). It
     drains as long as the models do, since its streams wait on theirs."""
-    capacity = sum(
-        m.max_num_seqs * m.replicas.max_replicas + spec.server.max_queue_len for m in spec.models
-    )
+    capacity = sum(model_capacity(m, spec.server.max_queue_len) for m in spec.models)
     return {
         "name": INGRESS_NAME,
         "ray_actor_options": {"num_cpus": 0},
@@ -284,8 +284,6 @@ def build_app_from_args(args: dict[str, Any]) -> serve.Application:
     `agentserve.serve.app:build_app_from_args`): args = tenant_config.app_args(spec) (the
     tenants then come as the ingress deployment's user_config), or {"spec": the whole
     DeploymentSpec as a dict}."""
-    from agentserve.spec import spec_from_dict
-
     if "spec" not in args:
         raise ValueError('serve application args need a "spec" entry (the DeploymentSpec)')
     if args.get("tenants_from") == TENANTS_FROM_USER_CONFIG:

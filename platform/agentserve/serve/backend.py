@@ -19,6 +19,7 @@ from agentserve.engine.protocol import (
     EngineStats,
     EngineUnavailableError,
 )
+from agentserve.serve.spans import traced_stream
 
 __all__ = ["LocalBackend", "ModelBackend"]
 
@@ -49,8 +50,6 @@ class LocalBackend:
         stream = self.engine.generate(request)
         if self.tracer is None:
             return stream
-        from agentserve.serve.spans import traced_stream
-
         k = getattr(self.engine, "num_speculative_tokens", 0)
         return traced_stream(
             self.tracer, request, stream, model=self.engine.model_name, num_speculative_tokens=k

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentserve.serve.replica import EngineFactory, default_engine_factory
+from agentserve.serve.status import current_status
 from agentserve.spec import DeploymentSpec
 
 __all__ = [
@@ -108,7 +109,7 @@ def start_local(
         },
         logging_config={"log_level": "INFO" if verbose else "WARNING"},
     )
-    from agentserve.serve.app import build_app
+    from agentserve.serve.app import build_app  # lazy: imports Ray, like the lines above
 
     # run_many (not run) because it can return before the replicas are up: the caller
     # polls current_app_state() and shows progress while engines start.
@@ -120,8 +121,6 @@ def start_local(
 
 def current_app_state() -> dict[str, Any] | None:
     """The app's entry of serve/status.status_dict, or None before the controller knows it."""
-    from agentserve.serve.status import current_status
-
     return current_status()["applications"].get(APP_NAME)
 
 

@@ -16,8 +16,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from agentserve.api.auth import OPEN_TENANT
 from agentserve.engine.protocol import EngineStats
 from agentserve.engine.spec_by_batch import bucket_counts
+from agentserve.serve.admission import model_capacity
 
 __all__ = ["CONTENT_TYPE", "ModelLimits", "ServingMetrics", "model_limits", "sla_objectives"]
 
@@ -99,8 +101,6 @@ def sla_objectives(spec, tenants=None) -> dict[str, tuple[float, float]]:
     """tenant -> (TTFT, TPOT) p95 objectives in seconds for a DeploymentSpec (or for
     `tenants`, when given); without tenants, the open-mode tenant gets
     autoscaling.open_mode_sla."""
-    from agentserve.api.auth import OPEN_TENANT
-
     tenants = spec.tenants if tenants is None else tenants
     slas = {t.name: t.sla for t in tenants} or {OPEN_TENANT: spec.autoscaling.open_mode_sla}
     return {name: (s.ttft_p95_ms / 1000, s.tpot_p95_ms / 1000) for name, s in slas.items()}
@@ -115,11 +115,10 @@ class ModelLimits(NamedTuple):
 
 
 def model_limits(spec) -> dict[str, ModelLimits]:
-    """model -> ModelLimits for a DeploymentSpec. Capacity = max_num_seqs per replica at
-    max_replicas plus server.max_queue_len."""
+    """model -> ModelLimits for a DeploymentSpec (capacity: serve/admission.py)."""
     return {
         m.name: ModelLimits(
-            m.max_num_seqs * m.replicas.max_replicas + spec.server.max_queue_len,
+            model_capacity(m, spec.server.max_queue_len),
             m.replicas.min_replicas,
             m.drafter.min_acceptance_length if m.drafter.enabled else None,
         )

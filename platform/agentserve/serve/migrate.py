@@ -53,6 +53,10 @@ class Progress:
 
     @property
     def delivered(self) -> bool:
+        """Whether the client has had anything. `text or shaped` is Delta.carries_output
+        over the deltas so far (reasoning counts, as for TTFT); completion tokens count too,
+        deliberately: tokens whose text the engine holds back (a stop-string prefix, part
+        of a character) were generated and spent budget, so a retry continues after them."""
         return bool(self.completion_tokens or self.text or self.shaped)
 
     def record(self, delta: Delta) -> None:
@@ -182,7 +186,7 @@ def _can_continue(request: EngineRequest, progress: Progress) -> bool:
 
 
 def _empty(delta: Delta) -> bool:
-    return not (delta.text or delta.tool_calls or delta.reasoning or delta.finish_reason)
+    return not delta.visible
 
 
 async def _aclose(stream: AsyncIterator[Delta]) -> None:

@@ -23,6 +23,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 
+from agentserve.engine.fake import FakeEngine
 from agentserve.engine.protocol import (
     Delta,
     Engine,
@@ -31,6 +32,7 @@ from agentserve.engine.protocol import (
     EngineStats,
     EngineUnavailableError,
 )
+from agentserve.engine.vllm_engine import VLLMEngine
 from agentserve.serve.coalesce import coalesced
 from agentserve.serve.replica_stats import ReplicaStats
 from agentserve.serve.spans import speculative_tokens, traced_stream
@@ -51,11 +53,7 @@ HEALTH_TIMEOUT_FRACTION = 0.8  # of health_check_timeout_s: answer before Serve 
 def default_engine_factory(model: ModelSpec) -> Engine:
     """VLLMEngine for engine "vllm"; the FakeEngine for "fake" (tests only)."""
     if model.engine == "fake":
-        from agentserve.engine.fake import FakeEngine
-
         return FakeEngine(model.name, model.max_model_len)
-    from agentserve.engine.vllm_engine import VLLMEngine
-
     return VLLMEngine(model)
 
 
@@ -193,4 +191,4 @@ def _import_request_types() -> None:
     seconds on the event loop, which stalled every stream and made the replica's own
     health probes fail (an engine that does not import vLLM itself, like the fake one,
     left them to the first request)."""
-    import agentserve.api.openai  # noqa: F401
+    import agentserve.api.openai  # noqa: F401  (lazy on purpose: vLLM, torch; see above)

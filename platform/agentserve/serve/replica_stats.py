@@ -11,14 +11,14 @@ Contracts:
 - TPOT = (last token time - first token time) / (output tokens - 1), per output token, not
   per engine step (one DFlash step emits several tokens); requests with < 2 tokens have none.
 - Every window covers the last `window_s` seconds (samples by finish time, arrivals by
-  receipt time); p95 is nearest-rank. The autoscaler gets the windows as histograms and
-  pools them across replicas (autoscale/latency_stat.py), the statistic the simulator uses.
+  receipt time). The replica publishes the windows as histograms and the autoscaler
+  pools them across replicas (autoscale/latency_stat.py: the one p95, nearest-rank on
+  the pooled histogram, the statistic the simulator uses too); the replica computes none.
 The clock is injected (wall time by default: the accept header is wall time).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -26,25 +26,16 @@ from dataclasses import dataclass
 
 from agentserve.autoscale.burst import RECENT_WINDOW_S
 from agentserve.autoscale.latency_stat import LatencyWindow
-from agentserve.autoscale.policy import TenantLatency
 from agentserve.autoscale.ray_policy import encode_replica_stats
 from agentserve.engine.protocol import Delta, EngineStats
 from agentserve.engine.spec_by_batch import BatchCounts, acceptance_by_bucket, counts_delta
 from agentserve.serve.spans import SENT_AT_HEADER
 
-__all__ = ["ACCEPTED_AT_HEADER", "TENANT_HEADER", "ReplicaStats", "p95"]
+__all__ = ["ACCEPTED_AT_HEADER", "TENANT_HEADER", "ReplicaStats"]
 
 ACCEPTED_AT_HEADER = SENT_AT_HEADER
 TENANT_HEADER = "x-agentserve-tenant"
 ANONYMOUS = "anonymous"
-
-
-def p95(values: list[float]) -> float | None:
-    """Nearest-rank 95th percentile; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
 @dataclass
@@ -97,7 +88,7 @@ class ReplicaStats:
         if call is None:
             return
         now = self.clock()
-        if call.first_s is None and (delta.text or delta.tool_calls or delta.finish_reason):
+        if call.first_s is None and delta.visible:
             call.first_s = now
         call.last_s = now
         call.prompt_tokens = max(call.prompt_tokens, delta.prompt_tokens)
@@ -146,14 +137,6 @@ class ReplicaStats:
             if call.first_s is None:
                 ttft.append((now - call.accepted_s) * 1000.0)
         return out
-
-    def tenants(self) -> dict[str, TenantLatency]:
-        """Per tenant over this replica's window: nearest-rank p95 TTFT (waiting requests
-        by age), p95 TPOT, and requests (finished in the window plus open)."""
-        return {
-            name: TenantLatency(p95(ttft), p95(tpot), n)
-            for name, (ttft, tpot, n) in self._samples().items()
-        }
 
     def windows(self) -> dict[str, LatencyWindow]:
         """The same window as bucket counts: what the replica publishes, so the autoscaler

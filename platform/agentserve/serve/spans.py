@@ -98,9 +98,7 @@ class _Progress:
 
     def see(self, delta: Delta, now_ns: int) -> bool:
         """Count `delta`; True when it is the first one carrying output."""
-        first = self.first_ns is None and bool(
-            delta.text or delta.tool_calls or delta.finish_reason or delta.completion_tokens
-        )
+        first = self.first_ns is None and delta.visible
         if first:
             self.first_ns = now_ns
         if delta.completion_tokens > self.tokens:

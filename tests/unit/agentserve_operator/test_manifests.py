@@ -150,9 +150,13 @@ def test_one_worker_group_per_model():
 
 
 def test_serve_deployment_names_match_the_serving_app():
+    """The RayService's serveConfigV2 names the deployments the serving app builds."""
     app = pytest.importorskip("agentserve.serve.app")
-    for model in ["qwen3-8b", "org/small:v1"]:
-        assert m.serve_deployment_name(model) == app.deployment_name(model)
+    d = desired()
+    [served] = m.serve_config(d)["applications"]
+    built = [app.deployment_options(model, d.spec)["name"] for model in d.spec.models]
+    built.append(app.ingress_options(d.spec)["name"])
+    assert [dep["name"] for dep in served["deployments"]] == built
 
 
 def test_app_import_path_builds_the_serve_app():

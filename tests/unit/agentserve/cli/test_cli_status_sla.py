@@ -25,7 +25,7 @@ from agentserve.cli.status import (
 from agentserve.metrics_snapshot import parse_metrics
 from agentserve.serve.metrics import ServingMetrics
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 RULES = ROOT / "helm" / "agentserve" / "files" / "alerts" / "agentserve.rules.yaml"
 
 

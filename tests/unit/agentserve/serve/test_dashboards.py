@@ -13,7 +13,7 @@ from agentserve.engine.protocol import EngineStats
 from agentserve.serve.metrics import ServingMetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 DASHBOARD = ROOT / "helm" / "agentserve" / "files" / "dashboards" / "agentserve.json"
 SELECTOR = re.compile(r"\b(agentserve_[a-z0-9_]+)(?:\{([^}]*)\})?")
 GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")

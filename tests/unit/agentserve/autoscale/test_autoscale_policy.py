@@ -188,3 +188,9 @@ def test_from_deployment_and_state_roundtrip():
     state = PolicyState(up_since_s=1.0, last_up_s=2.0)
     assert PolicyState.from_dict(state.to_dict()) == state
     assert PolicyState.from_dict({}) == PolicyState()
+
+
+def test_policy_knob_defaults_are_the_specs():
+    """PolicySpec() is what a spec that sets nothing resolves to (one source of defaults)."""
+    spec = DeploymentSpec.model_validate({"models": [{"name": "m", "source": "/models/m"}]})
+    assert PolicySpec() == PolicySpec.from_deployment(spec)

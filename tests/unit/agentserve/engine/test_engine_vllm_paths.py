@@ -17,7 +17,7 @@ from agentserve.engine.vllm_paths import (
     missing_paths,
 )
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_the_installed_vllm_has_every_path_and_the_dflash_method():

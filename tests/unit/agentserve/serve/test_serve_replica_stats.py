@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agentserve.autoscale.latency_stat import bucket_of, bucket_upper_ms, pooled_tenant_latency
 from agentserve.autoscale.policy import TenantLatency
 from agentserve.autoscale.ray_policy import snapshot_from_context
 from agentserve.engine.fake import FakeEngine, FakeEngineFactory
 from agentserve.engine.protocol import Delta, EngineRequest, EngineStats
 from agentserve.engine.spec_by_batch import SpecByBatch, acceptance_by_bucket, batch_bucket
 from agentserve.serve.replica import ModelReplica
-from agentserve.serve.replica_stats import ACCEPTED_AT_HEADER, TENANT_HEADER, ReplicaStats, p95
+from agentserve.serve.replica_stats import ACCEPTED_AT_HEADER, TENANT_HEADER, ReplicaStats
 from agentserve.spec import DeploymentSpec
 
 
@@ -46,12 +47,29 @@ def _run(
     stats.end(rid)
 
 
-@pytest.mark.parametrize(
-    "values, expected",
-    [([], None), ([5.0], 5.0), (list(range(1, 21)), 19), (list(range(1, 101)), 95)],
-)
-def test_p95_is_nearest_rank(values, expected):
-    assert p95([float(v) for v in values]) == expected
+def _tenants(stats: ReplicaStats) -> dict[str, TenantLatency]:
+    """What the autoscaler reads from this one replica (autoscale/latency_stat.py)."""
+    return pooled_tenant_latency([stats.windows()])
+
+
+def _edge(ms: float) -> float:
+    """The value the statistic reports for a sample of `ms`: its bucket's upper edge."""
+    return bucket_upper_ms(bucket_of(ms))
+
+
+def test_reasoning_is_output_for_ttft():
+    clock = Clock()
+    stats = ReplicaStats(30.0, clock)
+    stats.begin("r", {ACCEPTED_AT_HEADER: str(1000 * 10**9)})
+    clock.now = 1000.3
+    stats.see("r", Delta("", 5, 0))  # usage only: no output yet
+    clock.now = 1000.4
+    stats.see("r", Delta(prompt_tokens=5, completion_tokens=1, reasoning="hmm"))
+    clock.now = 1002.0
+    stats.see("r", Delta("answer", 5, 9, finish_reason="stop"))
+    stats.end("r")
+    assert _tenants(stats)["anonymous"].ttft_p95_ms == _edge(400.0)
+    assert _tenants(stats)["anonymous"].tpot_p95_ms == _edge(200.0)
 
 
 def test_ttft_counts_queue_time_and_tpot_is_per_output_token():
@@ -60,8 +78,8 @@ def test_ttft_counts_queue_time_and_tpot_is_per_output_token():
     # accepted at 1000, first token at 1001.2: TTFT 1200 ms although the replica saw it at 1000.5
     # 2 tokens at the first delta, 11 at the end 1 s later: 10 tokens after the first one
     _run(stats, clock, "r1", "chat", accepted=1000.0, first=1001.2, end=1002.2, tokens=11)
-    lat = stats.tenants()["chat"]
-    assert lat.ttft_p95_ms == pytest.approx(1200.0) and lat.tpot_p95_ms == pytest.approx(100.0)
+    lat = _tenants(stats)["chat"]
+    assert lat.ttft_p95_ms == _edge(1200.0) and lat.tpot_p95_ms == _edge(100.0)
     assert lat.requests == 1
     assert stats.mean_tokens() == (10.0, 11.0)
 
@@ -74,16 +92,16 @@ def test_waiting_requests_count_with_their_age_and_windows_expire():
     stats.end("done")
     stats.begin("stuck", {TENANT_HEADER: "chat", ACCEPTED_AT_HEADER: str(1000 * 10**9)})
     clock.now = 1003.0
-    tenants = stats.tenants()
-    assert tenants["chat"] == TenantLatency(3000.0, None, 1)  # no first token yet: its age
+    tenants = _tenants(stats)
+    assert tenants["chat"] == TenantLatency(_edge(3000.0), None, 1)  # no first token yet: its age
     assert tenants["batch"].tpot_p95_ms is None  # one output token: no TPOT
     assert stats.arrival_rate_rps() == pytest.approx(2 / 10)
     clock.now = 1020.0
     stats.end("stuck")  # cancelled before a token: counted, no latency sample
-    assert stats.tenants() == {"chat": TenantLatency(None, None, 1)}
+    assert _tenants(stats) == {"chat": TenantLatency(None, None, 1)}
     assert stats.arrival_rate_rps() == 0.0
     clock.now = 1031.0
-    assert stats.tenants() == {}
+    assert _tenants(stats) == {}
 
 
 @pytest.mark.parametrize("header", [None, "junk", "1.5", str(2000 * 10**9)])
@@ -94,7 +112,7 @@ def test_missing_or_bad_accept_time_falls_back_to_receipt(header):
     clock.now += 0.25
     stats.see("r", Delta("x", 1, 1, finish_reason="stop"))
     stats.end("r")
-    assert stats.tenants()["anonymous"].ttft_p95_ms == pytest.approx(250.0)
+    assert _tenants(stats)["anonymous"].ttft_p95_ms == _edge(250.0)
 
 
 def test_acceptance_by_batch_buckets_and_window_deltas():
