@@ -12,8 +12,9 @@ from agentserve.api.body import decode_json
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.openai import parse_request
 from agentserve.api.validate import check_values, param_path
-from agentserve.bench.reliability_fuzz import fuzz
-from agentserve.bench.reliability_input import (
+
+from tests.reliability.fuzz import fuzz
+from tests.reliability.hostile_input import (
     HOSTILE_CASES,
     check_answer,
     explicit_cases,

@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import pytest
 from agentserve.autoscale.burst import BurstKnobs, BurstState, planned_rate
-from agentserve.autoscale.compare import PolicyController
 from agentserve.autoscale.model import LatencyModel
 from agentserve.autoscale.policy import (
     PolicySpec,
@@ -20,9 +19,10 @@ from agentserve.autoscale.policy import (
     TenantLatency,
     decide,
 )
-from agentserve.autoscale.simulate import SimConfig, simulate
 from agentserve.autoscale.standby import fleet_target, visible_snapshot
-from agentserve.autoscale.trace import Call, Session, Trace, TraceConfig
+from agentserve_bench.autoscale.compare import PolicyController
+from agentserve_bench.autoscale.simulate import SimConfig, simulate
+from agentserve_bench.autoscale.trace import Call, Session, Trace, TraceConfig
 
 K = BurstKnobs(lead_s=45.0)
 ON = BurstState(since_s=100.0, rate_rps=20.0)

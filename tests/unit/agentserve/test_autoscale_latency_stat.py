@@ -21,10 +21,10 @@ from agentserve.autoscale.latency_stat import (
 )
 from agentserve.autoscale.policy import PolicyState
 from agentserve.autoscale.ray_policy import snapshot_from_context
-from agentserve.autoscale.simulate import RequestRecord, SimConfig, _Sim
-from agentserve.autoscale.trace import Trace, TraceConfig
 from agentserve.engine.protocol import Delta
 from agentserve.serve.replica_stats import ACCEPTED_AT_HEADER, TENANT_HEADER, ReplicaStats, p95
+from agentserve_bench.autoscale.simulate import RequestRecord, SimConfig, _Sim
+from agentserve_bench.autoscale.trace import Trace, TraceConfig
 
 
 @pytest.mark.parametrize("ms", [0.0, 0.5, 1.0, 1.01, 7.3, 49.9, 50.0, 1499.0, 1500.0, 9e5])

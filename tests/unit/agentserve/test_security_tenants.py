@@ -15,7 +15,6 @@ from agentserve.api import auth
 from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import RateLimitError
 from agentserve.api.quota import RateLimiter
-from agentserve.bench.reliability_tenants import B_SLA, serve_in_thread, tenant_isolation
 from agentserve.cli.up import with_overrides
 from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
@@ -25,6 +24,8 @@ from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tests.reliability.tenants import B_SLA, serve_in_thread, tenant_isolation
 
 SECRET = "sk-very-secret-0123456789abcdef"
 OTHER = "sk-other-tenant-key"

@@ -10,7 +10,6 @@ import time
 
 import httpx
 import pytest
-from agentserve.bench.reliability_tenants import serve_in_thread
 from agentserve.cli.status import fetch_report
 from agentserve.cli.up import admin_url
 from agentserve.engine.fake import FakeEngine
@@ -21,6 +20,8 @@ from agentserve.serve.ingress import create_app
 from agentserve.serve.status import add_status_route
 from agentserve.spec import DeploymentSpec
 from fastapi.testclient import TestClient
+
+from tests.reliability.tenants import serve_in_thread
 
 LOCAL = "http://localhost"  # open mode answers only trusted Host names
 
