@@ -9,7 +9,6 @@ import contextlib
 import inspect
 import os
 import socket
-import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 from agentserve.engine.vllm_engine import VLLMEngine
 from agentserve.serve import local
+from agentserve.serve.ready import wait_ready
 from agentserve.spec import DeploymentSpec, ModelSpec
 
 from agentserve_bench.overhead_peers import vllm_server
@@ -113,34 +113,20 @@ def bare_vllm(model: ModelSpec, model_dir: str, plan: Plan) -> dict[int, dict[st
 
 
 def _wait_ready(base_url: str, timeout_s: float) -> None:
-    """Poll Serve's status and /health until the app serves; raise on failure or timeout."""
-    import httpx
-    from agentserve.serve.local import current_app_state, readiness
+    """serve/ready.wait_ready, printing progress every 10 s; raise on failure or timeout."""
+    last_print = 0.0
 
-    started = last_print = time.monotonic()
-    while True:
-        try:
-            state = readiness(current_app_state())
-        except Exception as err:  # the controller may still be starting
-            state = None
-            detail = type(err).__name__
-        else:
-            detail = state.detail
-            if state.phase == "failed":
-                raise RuntimeError(f"the app failed to start: {state.detail}")
-        if state is not None and state.phase == "ready":
-            try:
-                if httpx.get(f"{base_url}/health", timeout=5, trust_env=False).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-        now = time.monotonic()
-        if now - started > timeout_s:
-            raise TimeoutError(f"not ready after {timeout_s:.0f} s: {detail}")
-        if now - last_print >= 10:
-            last_print = now
-            print(f"  platform starting ({now - started:.0f} s): {detail}", flush=True)
-        time.sleep(1.0)
+    def progress(elapsed: float, text: str) -> None:
+        nonlocal last_print
+        if elapsed - last_print >= 10:
+            last_print = elapsed
+            print(f"  platform starting ({elapsed:.0f} s): {text}", flush=True)
+
+    outcome = wait_ready(base_url, timeout_s=timeout_s, on_progress=progress)
+    if outcome.phase == "failed":
+        raise RuntimeError(f"the app failed to start: {outcome.detail}")
+    if outcome.phase != "ready":
+        raise TimeoutError(f"not ready after {timeout_s:.0f} s: {outcome.detail}")
 
 
 async def http_levels(
