@@ -1,8 +1,10 @@
 """`agentserve` command line: one module per command; each parses, validates, delegates.
 
 up.py, status.py, chat.py, traces.py, generate.py, train_drafter.py, model.py and spec.py
-each register their subcommand with `add_parser`; `agentserve bench ...` is registered by
-agentserve_bench.command. Output goes through console.Console (human or plain agent-mode
+each register their subcommand with `add_parser`. Commands from other packages are plugins:
+an `agentserve.commands` entry point names a `register(subparsers)` function; that is how
+`agentserve bench ...` comes from agentserve_bench (pyproject.toml) without the runtime
+importing the benchmarks. Output goes through console.Console (human or plain agent-mode
 output); signals.StopSignals is shared by `up` and `traces`.
 """
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 from agentserve import cli
-
 from agentserve_bench import command as bench_command
 
 

@@ -92,8 +92,8 @@ def test_bench_sampling_command_reads_its_settings(capsys):
 
 
 def test_bench_sampling_keeps_its_samples_for_a_rerun(tmp_path, monkeypatch):
-    from agentserve.bench import sampling, sampling_check
     from agentserve.cli import build_parser
+    from agentserve_bench import sampling
 
     calls = []
 
@@ -101,7 +101,7 @@ def test_bench_sampling_keeps_its_samples_for_a_rerun(tmp_path, monkeypatch):
         calls.append(args)
         return {"none": {"0.7": {"outputs": [[1, 2]]}}}
 
-    monkeypatch.setattr(sampling_check, "sampling_runs", fake_runs)
+    monkeypatch.setattr(sampling, "sampling_runs", fake_runs)
     argv = ["bench", "sampling", "--eager", "--work", str(tmp_path), "--settings", "0.7"]
     args = build_parser().parse_args(argv)
     first = sampling._cached_runs(args, "/m", {"none": None}, [[5, 6]], {"enforce_eager": True})
