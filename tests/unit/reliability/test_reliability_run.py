@@ -66,3 +66,11 @@ def test_records_merge_into_the_json_and_the_docs_table(tmp_path):
 def test_docs_default_to_the_repository_not_the_working_directory(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     assert run.DOCS.is_absolute() and (run.DOCS / "reliability.md").is_file()
+
+
+def test_the_command_lists_every_scenario_and_refuses_unknown_ones(capsys):
+    assert run.main(["--list"]) == 0
+    listed = {line.split(":")[0] for line in capsys.readouterr().out.splitlines()}
+    assert listed == SCENARIOS
+    with pytest.raises(SystemExit, match="unknown scenario"):
+        run.main(["--only", "no_such_scenario"])
