@@ -113,7 +113,7 @@ if [[ " ${extras[*]} " == *" dev "* ]]; then
   install_chromium || echo "install.sh: warning: chromium not installed (needs root and apt: apt-get install chromium); the trace UI browser test will skip" >&2
 fi
 
-"$py" -c 'import vllm, transformers, ray.serve, agentserve, dflash' \
+"$py" -c 'import vllm, transformers, ray.serve, agentserve, agentserve_bench, dflash' \
   || { echo "install.sh: the environment does not import; see the errors above" >&2; exit 1; }
 echo "$want" > "$stamp"
 echo "agentserve: installed into $venv ($target)"

@@ -18,7 +18,10 @@ import math
 import time
 from dataclasses import asdict, replace
 
-from agentserve.autoscale.compare import (
+from agentserve.autoscale.policy import PolicySpec, PolicyState, ScaleDecision, Snapshot, decide
+from agentserve.autoscale.ray_policy import SlaAutoscalingPolicy, ray_autoscaling_config
+from agentserve.spec import DeploymentSpec
+from agentserve_bench.autoscale.compare import (
     SLAS,
     PolicyController,
     Scenario,
@@ -27,11 +30,8 @@ from agentserve.autoscale.compare import (
     sim_config_for,
     summarize,
 )
-from agentserve.autoscale.policy import PolicySpec, PolicyState, ScaleDecision, Snapshot, decide
-from agentserve.autoscale.ray_policy import SlaAutoscalingPolicy, ray_autoscaling_config
-from agentserve.autoscale.simulate import simulate
-from agentserve.autoscale.trace import TraceConfig, generate_trace
-from agentserve.spec import DeploymentSpec
+from agentserve_bench.autoscale.simulate import simulate
+from agentserve_bench.autoscale.trace import TraceConfig, generate_trace
 
 
 # -- the custom policy ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Fault scenarios on a real local Ray Serve with the fake engine (bench/reliability_faults):
+"""Fault scenarios on a real local Ray Serve with the fake engine (tests/reliability/faults.py):
 replica killed and engine crash mid-stream (migration), stuck engine (health checks),
 drain, backpressure, memory soak. The tests assert on the same Outcome the benchmark
 records; each control (mechanism switched off) must lose requests, so the checks can fail.
@@ -12,8 +12,8 @@ pytestmark = pytest.mark.slow
 
 pytest.importorskip("ray.serve")
 
-from agentserve.bench import reliability_faults as faults  # noqa: E402
-from agentserve.bench.serve_harness import local_serve  # noqa: E402
+from tests.reliability import faults  # noqa: E402
+from tests.reliability.serve_harness import local_serve  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -11,10 +11,10 @@ import json
 
 import pytest
 import torch
-from agentserve.bench.speculative import vllm_runs
 from agentserve.cli.generate import chat_prompt_ids
 from agentserve.drafters import shipped_drafter
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve_bench.speculative import vllm_runs
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoTokenizer
 

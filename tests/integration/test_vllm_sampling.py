@@ -12,17 +12,17 @@ from __future__ import annotations
 import math
 
 import pytest
-from agentserve.bench.sampling import method_configs
-from agentserve.bench.sampling_check import (
+from agentserve.cli.generate import chat_prompt_ids
+from agentserve.drafters import shipped_drafter
+from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve_bench.sampling import method_configs
+from agentserve_bench.sampling_check import (
     CHECK_PROMPTS,
     distribution_records,
     parse_setting,
     sampling_runs,
     setting_label,
 )
-from agentserve.cli.generate import chat_prompt_ids
-from agentserve.drafters import shipped_drafter
-from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from transformers import AutoTokenizer
 
 pytestmark = pytest.mark.slow

@@ -2,8 +2,9 @@
 
 `pooled_tenant_latency(windows)` turns per-replica latency windows into one
 `TenantLatency` per tenant; the Ray adapter (ray_policy.py, from the replicas' published
-stats) and the simulator (simulate.py, from its own request records) both call it, so the
-policy sees the same number for the same samples in both worlds.
+stats) and the simulator (agentserve_bench/autoscale/simulate.py, from its own request
+records) both call it, so the policy sees the same number for the same samples in both
+worlds.
 
 The statistic is the **pooled, nearest-rank p95 over all replicas' samples, on a
 log-bucketed histogram** (buckets 5% wide, a value reported as its bucket's upper edge):

@@ -29,8 +29,9 @@ from agentserve.drafters import default_speculation
 from agentserve.engine.vllm_args import DrafterMissingError, speculative_config
 from agentserve.model_sources import resolve_model
 from agentserve.serve import local
-from agentserve.serve.local import current_app_state, describe_progress, readiness
+from agentserve.serve.local import current_app_state, readiness
 from agentserve.serve.names import deployment_name
+from agentserve.serve.ready import wait_ready
 from agentserve.spec import (
     BUNDLED_MODEL,
     DRAFTERLESS_METHODS,
@@ -215,34 +216,34 @@ def _wait_ready(
     started: float,
     timeout_s: float,
 ) -> bool:
-    """Poll Serve and /health until ready; False on failure, timeout or a stop signal."""
-    names = {deployment_name(m.name): m.name for m in spec.models}
+    """Poll Serve and /health until ready (serve/ready.py), showing progress; False on
+    failure, timeout or a stop signal."""
     uses_vllm = any(m.engine == "vllm" for m in spec.models)
     last_plain = 0.0
-    while not stop.wait(POLL_S):
-        elapsed = time.monotonic() - started
-        try:
-            app = current_app_state()
-        except Exception as err:  # controller still starting or busy: try again
-            app, text = None, f"waiting for the Serve controller ({type(err).__name__})"
-        else:
-            text = describe_progress(app, names)
-            state = readiness(app)
-            if state.phase == "failed":
-                console.error(f"the deployment failed to start:\n{state.detail}")
-                console.say("(rerun with --verbose to see Ray's and vLLM's logs)")
-                return False
-            if state.phase == "ready" and _http_ready(_base_url(spec)):
-                return True
-        if elapsed > timeout_s:
-            console.error(f"not ready after {timeout_s:.0f} s: {text}")
-            return False
+
+    def progress(elapsed: float, text: str) -> None:
+        nonlocal last_plain
         hint = f" ({CPU_ENGINE_HINT})" if uses_vllm and "STARTING" in text else ""
         console.status(f"  {_clock(elapsed)}  {text}{hint}")
         if console.plain and elapsed - last_plain >= PLAIN_PROGRESS_EVERY_S:
             last_plain = elapsed
             console.event("progress", elapsed_s=round(elapsed, 1), detail=text)
-    return False
+
+    outcome = wait_ready(
+        _base_url(spec),
+        timeout_s=timeout_s,
+        model_deployments={deployment_name(m.name): m.name for m in spec.models},
+        stop=stop,
+        on_progress=progress,
+        poll_s=POLL_S,
+        started=started,
+    )
+    if outcome.phase == "failed":
+        console.error(f"the deployment failed to start:\n{outcome.detail}")
+        console.say("(rerun with --verbose to see Ray's and vLLM's logs)")
+    elif outcome.phase == "timeout":
+        console.error(f"not ready after {timeout_s:.0f} s: {outcome.detail}")
+    return outcome.phase == "ready"
 
 
 def _watch(console: Console, stop: threading.Event, every_s: float = 5.0) -> None:
@@ -262,16 +263,6 @@ def _watch(console: Console, stop: threading.Event, every_s: float = 5.0) -> Non
                 phase=state.phase,
                 detail=state.detail,
             )
-
-
-def _http_ready(base_url: str) -> bool:
-    import httpx
-
-    try:
-        # a local address: never through an HTTP(S)_PROXY from the environment
-        return httpx.get(f"{base_url}/health", timeout=5.0, trust_env=False).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @contextlib.contextmanager

@@ -1,1 +1,0 @@
-"""Benchmarks that print and save measured figures (docs/benchmarks.md, docs/benchmarks/*.json)."""

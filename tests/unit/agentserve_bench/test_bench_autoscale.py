@@ -1,0 +1,62 @@
+"""`agentserve bench autoscale` on a short trace: JSON, plot and the generated docs section."""
+
+from __future__ import annotations
+
+import json
+
+from agentserve.cli import main
+from agentserve_bench.autoscale.bench import markdown_summary
+
+DOC = """# Autoscaling
+
+Intro prose stays.
+
+<!-- autoscale:begin -->
+old table
+<!-- autoscale:end -->
+
+Closing prose stays.
+"""
+
+
+def test_bench_autoscale_writes_json_plot_and_docs_section(tmp_path, capsys):
+    (tmp_path / "autoscaling.md").write_text(DOC)
+    assert main(["bench", "autoscale", "--duration-s", "240", "--docs", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "benchmarks" / "autoscale.json").read_text())
+    assert report["command"] == "agentserve bench autoscale --duration-s 240.0"
+    assert {"sla_policy", "ttft_only", "ray_default_target_1"} <= set(report["policies"])
+    for result in report["policies"].values():
+        assert {"replica_seconds", "scaling_actions", "tenants"} <= set(result)
+        assert set(result["tenants"]) == {"interactive", "batch"}
+    assert (tmp_path / "benchmarks" / "autoscale.png").stat().st_size > 1000
+    doc = (tmp_path / "autoscaling.md").read_text()
+    assert "old table" not in doc and "Intro prose stays." in doc and "Closing prose" in doc
+    assert "| **SLA policy** (this) |" in doc and "Ray default, target_ongoing 1" in doc
+    assert "| **SLA policy** (this) |" in capsys.readouterr().out
+    assert "standby (routed: what Ray Serve can do) |" in doc and "interactive in burst" in doc
+
+
+def test_summary_states_savings_and_costs():
+    policy = {
+        "tenants": {"a": {"attainment": 0.99, "attainment_outside_burst": 1.0}},
+        "replica_seconds": 1000.0,
+        "scaling_actions": 3,
+    }
+    report = {
+        "slas": {"a": {}},
+        "scenario": {"max_drafted": 7},
+        "policies": {"sla_policy": policy, "ray_default_target_2": policy},
+        "at_equal_attainment": [
+            {
+                "metric": "attainment",
+                "ours": 0.99,
+                "ray_default": "ray_default_target_2",
+                "ray_default_attainment": 0.995,
+                "saving": -0.1,
+            },
+            {"metric": "attainment_outside_burst", "ours": 1.0, "ray_default": None},
+        ],
+    }
+    text = markdown_summary(report)
+    assert "| Ray default, target_ongoing 2 | 99.00% | 100.00% | - | 1,000 | 3 |" in text
+    assert "**10% more replica-seconds**" in text and "no Ray-default setting" in text
