@@ -11,9 +11,10 @@ from typing import Any, NamedTuple
 
 from agentserve.autoscale.burst import BurstKnobs
 from agentserve.autoscale.model import LatencyModel
-from agentserve.spec import DeploymentSpec, ModelNotInSpecError
+from agentserve.spec import DeploymentSpec, ModelNotInSpecError, ModelSpec
 
 __all__ = ["PolicySpec", "PolicyState", "ScaleDecision", "Sla", "Snapshot", "TenantLatency"]
+__all__ += ["replica_schedule"]
 
 _OPEN_MODE_SLA = (1000.0, 100.0)
 
@@ -69,7 +70,10 @@ class PolicySpec:
     TPOT (the TTFT-only baseline). `replica_start_s` is the expected cold-start time;
     `staffing_z` the burst headroom of the floor in standard deviations of concurrency;
     `burst` the rate-derivative detector (burst.py); `standby_replicas` extra started
-    replicas kept beyond the target (applied by the fleet, see standby.py).
+    replicas kept beyond the target (applied by the fleet, see standby.py). `schedule` is
+    what the replica drafts by batch size ([(start, end, k)], as the drafter's
+    num_speculative_tokens_per_batch_size); None = the model's own schedule for
+    `max_drafted`, so the policy plans the capacity the replica really has.
     """
 
     min_replicas: int = 1
@@ -92,6 +96,7 @@ class PolicySpec:
     use_tpot: bool = True
     burst: BurstKnobs = field(default_factory=BurstKnobs)
     standby_replicas: int = 0
+    schedule: tuple[tuple[int, int, int], ...] | None = None
 
     @property
     def mid_ratio(self) -> float:
@@ -130,6 +135,7 @@ class PolicySpec:
             cold_start_hold_timeout_s=a.cold_start_hold_timeout_s,
             target_utilization=a.target_utilization,
             max_drafted=model.drafter.num_speculative_tokens if model.drafter.enabled else 0,
+            schedule=replica_schedule(model),
             model=latency_model,
             replica_start_s=replica_start_s,
             burst=BurstKnobs(
@@ -169,3 +175,17 @@ class ScaleDecision:
     capacity_floor: int = 0
     hold_requests: bool = False
     hold_timeout_s: float = 0.0
+
+
+def replica_schedule(model: ModelSpec) -> tuple[tuple[int, int, int], ...] | None:
+    """What the model's replica drafts by batch size: the drafter's
+    num_speculative_tokens_per_batch_size (deployments fill it by default,
+    spec_schedule.with_default_schedules), else num_speculative_tokens at every batch;
+    None without a drafter."""
+    drafter = model.drafter
+    if not drafter.enabled:
+        return None
+    ranges = drafter.num_speculative_tokens_per_batch_size
+    if ranges is None:
+        return ((1, model.max_num_seqs, drafter.num_speculative_tokens),)
+    return tuple((start, end, k) for start, end, k in ranges)

@@ -20,8 +20,8 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
-from agentserve.autoscale.model import LatencyModel
 from agentserve.autoscale.ray_policy import ray_autoscaling_config
+from agentserve.autoscale.spec_schedule import latency_model_for
 from agentserve.engine.protocol import (
     Delta,
     EngineDeadError,
@@ -33,7 +33,7 @@ from agentserve.engine.protocol import (
 from agentserve.placement import replica_placement
 from agentserve.serve.priority import replica_slots
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
-from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, ModelSpec, SLASpec, TenantSpec
+from agentserve.spec import DeploymentSpec, ModelSpec, SLASpec, TenantSpec
 from agentserve.tenant_config import (
     TENANTS_FROM_USER_CONFIG,
     ingress_user_config,
@@ -209,14 +209,6 @@ def deployment_options(
             tenant_slas=tenant_slas,
         )
     return options
-
-
-def latency_model_for(model: ModelSpec) -> LatencyModel | None:
-    """The latency model the SLA policy plans with: the one measured on the bundled model
-    with vLLM on CPU (LatencyModel()); None (reactive SLA loop only) for anything else
-    until a model is fitted for it (autoscale/model.py `fit`)."""
-    measured = model.engine == "vllm" and model.source == BUNDLED_MODEL
-    return LatencyModel() if measured and model.replicas.num_gpus == 0 else None
 
 
 def expected_start_s(model: ModelSpec) -> float:
