@@ -3,6 +3,8 @@
 A CR's `spec` is a DeploymentSpec plus one `kubernetes` object (image, model volume, API-key
 Secret, sizes). Tenants may leave `api_key_sha256` out when the referenced Secret holds their
 key; the operator hashes it, so keys never appear in the CR, the ConfigMap or the RayService.
+Each drafter left at `speculation_schedule: auto` gets the batch-size schedule `agentserve up`
+gives it (spec_defaults.with_default_schedules), so the ConfigMap and RayService carry it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any, Literal
 
 from agentserve.model_sources import is_hub_id
 from agentserve.spec import DeploymentSpec, SpecError, hash_api_key, spec_from_dict
+from agentserve.spec_defaults import with_default_schedules
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = ["Desired", "InvalidResource", "KubernetesSpec", "desired_from_cr", "hub_ids"]
@@ -146,7 +149,7 @@ def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None) -> D
     if raw["server"].get("metrics_port") is None:
         raw["server"]["metrics_port"] = DEFAULT_METRICS_PORT
     try:
-        spec = spec_from_dict(raw, source=f"AgentServe {meta.get('name')}")
+        spec = with_default_schedules(spec_from_dict(raw, source=f"AgentServe {meta.get('name')}"))
     except SpecError as err:
         raise InvalidResource(str(err), err.errors) from None
     if kube.hub_offline and kube.hub_cache is None and hub_ids(spec):

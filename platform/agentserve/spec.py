@@ -127,8 +127,17 @@ class DrafterSpec(_Spec):
         description="Drafted tokens by batch size: [[start, end, k], ...], inclusive ranges "
         "sorted from batch 1, non-overlapping, 0 <= k <= num_speculative_tokens (0 = no "
         "drafting); gaps and batches past the last range keep the previous k. null = always "
-        "num_speculative_tokens. `agentserve spec speculation-schedule` fills it from the "
-        "latency model.",
+        "num_speculative_tokens, unless `speculation_schedule` is auto. `agentserve spec "
+        "speculation-schedule` prints the schedule the latency model chooses.",
+    )
+    speculation_schedule: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: when num_speculative_tokens_per_batch_size is null and agentserve "
+        "has a latency model for this model (today: the bundled model under vLLM on CPU), "
+        "fill it from that model before serving, so drafting shrinks as the batch grows and "
+        "a saturated replica gives back the compute speculation costs; off: always draft "
+        "num_speculative_tokens. An explicit num_speculative_tokens_per_batch_size is used "
+        "either way.",
     )
 
     @field_validator("path")

@@ -1,10 +1,12 @@
 """Defaults decided from a DeploymentSpec before it is served: the speculative method of each
-model whose spec leaves it open.
+model whose spec leaves it open, and the drafted tokens by batch size of each drafter left at
+`speculation_schedule: auto` (autoscale/spec_schedule.py `with_default_schedules`).
 
 It lives beside spec.py, not in the CLI, so that everything that turns a spec into a
 deployment (`agentserve up`, the benchmarks) resolves the same spec to the same models.
-The Kubernetes operator does not call it (today): a CR's spec is deployed as written,
-so the bundled model with `drafter.enabled` unset runs without speculation there.
+The Kubernetes operator applies the schedule default (`with_default_schedules`, in
+resource.desired_from_cr) but not the method default (today): a CR's drafter is deployed as
+written, so the bundled model with `drafter.enabled` unset runs without speculation there.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from agentserve.autoscale.spec_schedule import with_default_schedules
 from agentserve.drafters import default_speculation, shipped_drafter
 from agentserve.spec import BUNDLED_MODEL, DRAFTERLESS_METHODS, DeploymentSpec, spec_from_dict
 
-__all__ = ["resolve_drafters", "with_default_drafters"]
+__all__ = ["resolve_drafters", "with_default_drafters", "with_default_schedules"]
 
 
 def with_default_drafters(
@@ -60,7 +63,8 @@ def with_default_drafters(
                 f"model {model.name}: no shipped DFlash drafter installed; serving without "
                 "speculative decoding (train one with `agentserve train-drafter`)"
             )
-    return spec_from_dict(data, source="(with drafter defaults)"), notes
+    resolved = spec_from_dict(data, source="(with drafter defaults)")
+    return with_default_schedules(resolved), notes
 
 
 def resolve_drafters(

@@ -114,6 +114,11 @@ class LatencyModel:
                 best_k, best = k, t
         return best_k if best <= plain * (1.0 - min_gain) else 0
 
+    def tokens_per_s(self, batch: int, drafted: int = 0) -> float:
+        """Decode throughput of one replica running `batch` sequences: batch x tau tokens
+        per step. At max_num_seqs this is the replica's capacity when saturated."""
+        return 1000.0 * batch / self.tpot_ms(batch, drafted)
+
     def service_ms(self, batch: int, drafted: int, prompt_tokens: float, output_tokens: float):
         """Mean time a request spends in a replica: prefill plus its output tokens."""
         return self.prefill_ms(prompt_tokens) + max(1.0, output_tokens) * self.tpot_ms(

@@ -71,8 +71,12 @@ def _tightest_tpot_ms(snap: Snapshot, spec: PolicySpec) -> float:
 
 
 def _drafted(spec: PolicySpec, batch: int) -> int:
+    """Drafted tokens the replica runs at `batch`: its own schedule when the spec names one
+    (fixed k included), else the model's (speculation shed as the batch grows)."""
     if spec.model is None or spec.max_drafted == 0:
         return 0
+    if spec.schedule is not None:
+        return drafted_for(spec.schedule, batch)
     schedule = speculation_schedule(spec.model, spec.max_num_seqs, spec.max_drafted)
     return drafted_for(schedule, batch)
 

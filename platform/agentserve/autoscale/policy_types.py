@@ -20,6 +20,7 @@ from agentserve.spec import (
 )
 
 __all__ = ["PolicySpec", "PolicyState", "ScaleDecision", "Sla", "Snapshot", "TenantLatency"]
+__all__ += ["replica_schedule"]
 
 # The knobs' defaults are the spec's (one source): a PolicySpec() decides as
 # PolicySpec.from_deployment does for a spec that sets nothing.
@@ -81,7 +82,10 @@ class PolicySpec:
     TPOT (the TTFT-only baseline). `replica_start_s` is the expected cold-start time;
     `staffing_z` the burst headroom of the floor in standard deviations of concurrency;
     `burst` the rate-derivative detector (burst.py); `standby_replicas` extra started
-    replicas kept beyond the target (applied by the fleet, see standby.py).
+    replicas kept beyond the target (applied by the fleet, see standby.py). `schedule` is
+    what the replica drafts by batch size ([(start, end, k)], as the drafter's
+    num_speculative_tokens_per_batch_size); None = the model's own schedule for
+    `max_drafted`, so the policy plans the capacity the replica really has.
     """
 
     min_replicas: int = _REPLICAS.min_replicas
@@ -114,6 +118,7 @@ class PolicySpec:
         )
     )
     standby_replicas: int = _AUTOSCALING.standby_replicas
+    schedule: tuple[tuple[int, int, int], ...] | None = None
 
     @property
     def mid_ratio(self) -> float:
@@ -152,6 +157,7 @@ class PolicySpec:
             cold_start_hold_timeout_s=a.cold_start_hold_timeout_s,
             target_utilization=a.target_utilization,
             max_drafted=model.drafter.num_speculative_tokens if model.drafter.enabled else 0,
+            schedule=replica_schedule(model),
             model=latency_model,
             replica_start_s=replica_start_s,
             burst=BurstKnobs(
@@ -191,3 +197,17 @@ class ScaleDecision:
     capacity_floor: int = 0
     hold_requests: bool = False
     hold_timeout_s: float = 0.0
+
+
+def replica_schedule(model: ModelSpec) -> tuple[tuple[int, int, int], ...] | None:
+    """What the model's replica drafts by batch size: the drafter's
+    num_speculative_tokens_per_batch_size (deployments fill it by default,
+    spec_schedule.with_default_schedules), else num_speculative_tokens at every batch;
+    None without a drafter."""
+    drafter = model.drafter
+    if not drafter.enabled:
+        return None
+    ranges = drafter.num_speculative_tokens_per_batch_size
+    if ranges is None:
+        return ((1, model.max_num_seqs, drafter.num_speculative_tokens),)
+    return tuple((start, end, k) for start, end, k in ranges)

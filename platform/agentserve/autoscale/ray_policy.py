@@ -82,6 +82,8 @@ def policy_spec_from_json(data: Mapping[str, Any]) -> PolicySpec:
     data["model"] = LatencyModel(**model) if model is not None else None
     if "burst" in data:
         data["burst"] = BurstKnobs(*data["burst"])
+    if data.get("schedule") is not None:
+        data["schedule"] = tuple(tuple(r) for r in data["schedule"])
     return PolicySpec(**data)
 
 

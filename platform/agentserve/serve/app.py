@@ -19,8 +19,8 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
-from agentserve.autoscale.model import LatencyModel
 from agentserve.autoscale.ray_policy import ray_autoscaling_config
+from agentserve.autoscale.spec_schedule import latency_model_for
 from agentserve.engine.protocol import (
     Delta,
     EngineDeadError,
@@ -36,7 +36,6 @@ from agentserve.serve.priority import replica_slots
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
 from agentserve.serve.status import add_status_route, current_status
 from agentserve.spec import (
-    BUNDLED_MODEL,
     DeploymentSpec,
     ModelSpec,
     SLASpec,
@@ -212,14 +211,6 @@ def deployment_options(
             tenant_slas=tenant_slas,
         )
     return options
-
-
-def latency_model_for(model: ModelSpec) -> LatencyModel | None:
-    """The latency model the SLA policy plans with: the one measured on the bundled model
-    with vLLM on CPU (LatencyModel()); None (reactive SLA loop only) for anything else
-    until a model is fitted for it (autoscale/model.py `fit`)."""
-    measured = model.engine == "vllm" and model.source == BUNDLED_MODEL
-    return LatencyModel() if measured and model.replicas.num_gpus == 0 else None
 
 
 def expected_start_s(model: ModelSpec) -> float:

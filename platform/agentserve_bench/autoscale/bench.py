@@ -48,6 +48,13 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         "--latency-model", type=Path, default=None, help="LatencyModel JSON (default: built-in)"
     )
     p.add_argument(
+        "--speculation",
+        choices=["schedule", "fixed"],
+        default=None,
+        help="replicas draft by the per-batch schedule (default: what deployments fill) or "
+        "the fixed num_speculative_tokens at every batch (drafter speculation_schedule: off)",
+    )
+    p.add_argument(
         "--docs",
         type=Path,
         default=default_docs(),
@@ -66,6 +73,15 @@ def _label(name: str, scenario: dict[str, Any]) -> str:
     )
 
 
+def _drafting(name: str, scenario: dict[str, Any]) -> str:
+    """How the row's replicas draft: the schedule, the fixed k, or not at all."""
+    if name == "sla_policy_no_spec":
+        return "none"
+    if name == "sla_policy_fixed_k" or scenario.get("speculation") == "fixed":
+        return f"fixed {scenario.get('max_drafted')}"
+    return "by batch"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
 
@@ -74,12 +90,12 @@ def markdown_summary(report: dict[str, Any]) -> str:
     """Table of per-tenant attainment (all requests, outside and inside the burst),
     replica-seconds and scaling actions per policy, plus the equal-attainment savings."""
     tenants = list(report["slas"])
-    columns = ["policy", *tenants, *(f"{t} outside burst" for t in tenants)]
+    columns = ["policy", "drafting", *tenants, *(f"{t} outside burst" for t in tenants)]
     columns += [f"{t} in burst" for t in tenants]
     columns += ["replica-seconds", "actions"]
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for name, r in report["policies"].items():
-        cells = [_label(name, report["scenario"])]
+        cells = [_label(name, report["scenario"]), _drafting(name, report["scenario"])]
         cells += [_pct(r["tenants"][t]["attainment"]) for t in tenants]
         cells += [_pct(r["tenants"][t]["attainment_outside_burst"]) for t in tenants]
         cells += [_pct(r["tenants"][t].get("attainment_in_burst")) for t in tenants]
@@ -113,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
         cfg = replace(cfg, duration_s=args.duration_s, burst_start_s=args.duration_s * 7 / 12)
     model = LatencyModel.load(args.latency_model) if args.latency_model else LatencyModel()
     started = time.perf_counter()
-    report = run_comparison(Scenario(trace=cfg, model=model), generate_trace(cfg))
+    scenario = Scenario(trace=cfg, model=model, speculation=args.speculation or "schedule")
+    report = run_comparison(scenario, generate_trace(cfg))
     docs = Path(args.docs)
     out, png = docs / "benchmarks" / "autoscale.json", docs / "benchmarks" / "autoscale.png"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -136,4 +153,5 @@ def run(args: argparse.Namespace) -> int:
 def _flags(args: argparse.Namespace) -> str:
     flags = [("--seed", args.seed), ("--duration-s", args.duration_s)]
     flags.append(("--latency-model", args.latency_model))
+    flags.append(("--speculation", args.speculation))
     return "".join(f" {name} {value}" for name, value in flags if value is not None)

@@ -16,11 +16,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from agentserve.autoscale.burst import BurstKnobs
-from agentserve.autoscale.model import LatencyModel, speculation_schedule
+from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_schedule
 from agentserve.autoscale.policy import (
     PolicySpec,
     PolicyState,
@@ -36,7 +36,8 @@ from agentserve_bench.autoscale.trace import Trace, TraceConfig, generate_trace
 from agentserve_bench.report import default_docs
 
 __all__ = ["PolicyController", "RayDefaultController", "Scenario", "main", "run_comparison"]
-__all__ += ["burst_window", "policy_spec_for", "sim_config_for", "summarize"]
+__all__ += ["burst_window", "fixed_schedule", "policy_spec_for", "saturated_capacity"]
+__all__ += ["sim_config_for", "summarize"]
 
 SLAS = {"interactive": Sla(1500.0, 60.0), "batch": Sla(15_000.0, 150.0)}
 RAY_TARGETS = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
@@ -158,11 +159,21 @@ class Scenario:
     replica_start_s: float = 45.0
     staffing_z: float = 4.0
     standby_replicas: int = 4
+    speculation: Literal["schedule", "fixed"] = "schedule"
+    """How every replica drafts: "schedule", the per-batch schedule the deployments fill by
+    default (speculation shed at large batches); "fixed", max_drafted at every batch size."""
+
+
+def fixed_schedule(sc: Scenario) -> tuple[tuple[int, int, int], ...]:
+    """max_drafted at every batch size: a drafter with `speculation_schedule: off`."""
+    return ((1, sc.max_num_seqs, sc.max_drafted),)
 
 
 def policy_spec_for(sc: Scenario) -> PolicySpec:
-    """The policy knobs of the scenario (SLAS, its fleet bounds and latency model)."""
+    """The policy knobs of the scenario (SLAS, its fleet bounds and latency model); the
+    policy plans with the drafting the replicas run (`sc.speculation`)."""
     return PolicySpec(
+        schedule=fixed_schedule(sc) if sc.speculation == "fixed" else None,
         min_replicas=sc.min_replicas,
         max_replicas=sc.max_replicas,
         max_num_seqs=sc.max_num_seqs,
@@ -181,6 +192,7 @@ def sim_config_for(sc: Scenario) -> SimConfig:
         model=sc.model,
         max_num_seqs=sc.max_num_seqs,
         max_drafted=sc.max_drafted,
+        adaptive_speculation=sc.speculation == "schedule",
         replica_start_s=sc.replica_start_s,
     )
 
@@ -188,6 +200,21 @@ def sim_config_for(sc: Scenario) -> SimConfig:
 def burst_window(sc: Scenario) -> tuple[float, float]:
     """Arrivals counted as "in burst": from the burst start to 2 minutes after it ends."""
     return sc.trace.burst_start_s, sc.trace.burst_start_s + sc.trace.burst_s + 120.0
+
+
+def saturated_capacity(sc: Scenario) -> dict[str, float]:
+    """Decode tokens/s of one replica at max_num_seqs sequences, modelled: without
+    speculation, drafting max_drafted, and drafting what the schedule gives that batch
+    (what shedding speculation under overload frees)."""
+    b, m = sc.max_num_seqs, sc.model
+    scheduled = drafted_for(speculation_schedule(m, b, sc.max_drafted), b)
+    return {
+        "batch": b,
+        "plain": round(m.tokens_per_s(b, 0), 1),
+        "fixed_k": round(m.tokens_per_s(b, sc.max_drafted), 1),
+        "schedule": round(m.tokens_per_s(b, scheduled), 1),
+        "schedule_k": scheduled,
+    }
 
 
 def _matched(results: dict[str, dict], ours: str, key: str) -> dict[str, Any]:
@@ -220,11 +247,18 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
     trace = trace or generate_trace(sc.trace)
     sim, burst, ours = sim_config_for(sc), burst_window(sc), policy_spec_for(sc)
     no_burst = replace(ours, burst=ours.burst._replace(burst_ratio=0.0))
+    # the ablation, when the fleet sheds speculation: the same policy and fleet drafting
+    # the fixed k at every batch size (the policy planning with that)
+    fixed_k = replace(ours, schedule=fixed_schedule(sc)), replace(sim, adaptive_speculation=False)
     runs: dict[str, tuple[Any, SimConfig]] = {
         "sla_policy": (PolicyController(ours), sim),
         "ttft_only": (PolicyController(replace(ours, use_tpot=False, model=None)), sim),
         f"fixed_{sc.max_replicas}": (lambda _s: sc.max_replicas, sim),
-        "sla_policy_fixed_k": (PolicyController(ours), replace(sim, adaptive_speculation=False)),
+        **(
+            {"sla_policy_fixed_k": (PolicyController(fixed_k[0]), fixed_k[1])}
+            if sc.speculation == "schedule"
+            else {}
+        ),
         "sla_policy_no_spec": (
             PolicyController(replace(ours, max_drafted=0)),
             replace(sim, max_drafted=0),
@@ -265,6 +299,7 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
         "scenario": {k: v for k, v in asdict(sc).items() if k != "trace"},
         "slas": {k: {"ttft_p95_ms": v.ttft_ms, "tpot_p95_ms": v.tpot_ms} for k, v in SLAS.items()},
         "speculation_schedule": speculation_schedule(sc.model, sc.max_num_seqs, sc.max_drafted),
+        "replica_capacity_tok_s": saturated_capacity(sc),
         "ray_default_best": best,
         "at_equal_attainment": [
             _matched(results, "sla_policy", "attainment"),
@@ -314,11 +349,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--plot", type=Path, help="write a PNG of replicas and TTFT")
     parser.add_argument("--trace-out", type=Path, help="save the generated trace as JSON")
+    parser.add_argument(
+        "--speculation",
+        choices=["schedule", "fixed"],
+        default="schedule",
+        help="replicas draft by the per-batch schedule (default) or the fixed k",
+    )
     args = parser.parse_args(argv)
     cfg = replace(TraceConfig(), seed=args.seed, duration_s=args.duration_s)
     cfg = replace(cfg, burst_start_s=cfg.duration_s * 7 / 12)
     model = LatencyModel.load(args.model) if args.model else LatencyModel()
-    sc = Scenario(trace=cfg, model=model)
+    sc = Scenario(trace=cfg, model=model, speculation=args.speculation)
     trace = generate_trace(cfg)
     if args.trace_out:
         trace.save(args.trace_out)

@@ -45,7 +45,12 @@ def test_summary_states_savings_and_costs():
     report = {
         "slas": {"a": {}},
         "scenario": {"max_drafted": 7},
-        "policies": {"sla_policy": policy, "ray_default_target_2": policy},
+        "policies": {
+            "sla_policy": policy,
+            "sla_policy_fixed_k": policy,
+            "sla_policy_no_spec": policy,
+            "ray_default_target_2": policy,
+        },
         "at_equal_attainment": [
             {
                 "metric": "attainment",
@@ -58,5 +63,11 @@ def test_summary_states_savings_and_costs():
         ],
     }
     text = markdown_summary(report)
-    assert "| Ray default, target_ongoing 2 | 99.00% | 100.00% | - | 1,000 | 3 |" in text
+    assert "| Ray default, target_ongoing 2 | by batch | 99.00% | 100.00% | - | 1,000 | 3 |" in text
+    assert "| SLA policy, fixed 7 drafted tokens (no schedule) | fixed 7 | 99.00%" in text
+    assert "| SLA policy, no speculation | none | 99.00%" in text
+    fixed_fleet = markdown_summary(
+        {**report, "scenario": {"max_drafted": 5, "speculation": "fixed"}}
+    )
+    assert "| Ray default, target_ongoing 2 | fixed 5 | 99.00%" in fixed_fleet
     assert "**10% more replica-seconds**" in text and "no Ray-default setting" in text
