@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -36,3 +37,17 @@ def start_up(tmp_path_factory) -> Iterator[Callable[..., UpServer]]:
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def drafter_dir(tmp_path):
+    """A DFlash drafter directory (config.json only) with block size 16: 15 drafts per block.
+    (Here, not in tests/unit/conftest.py: that would put tests/unit on sys.path, where
+    tests/unit/agentserve/ would shadow the agentserve package as a namespace package.)"""
+    from dflash.config import DFlashConfig
+
+    cfg = DFlashConfig(hidden_size=64, vocab_size=96, num_target_layers=4, mask_token_id=95)
+    path = tmp_path / "drafter"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(cfg.to_hf_dict()))
+    return path

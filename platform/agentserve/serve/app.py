@@ -59,7 +59,8 @@ __all__ = [
 ]
 
 INGRESS_SPARE_REQUESTS = 64  # over the models' capacity: refusals, health, metrics
-READY_CACHE_S = 1.0
+READY_CACHE_S = 1.0  # a model's ready-replica count, while it is 0 or unknown
+READY_CACHE_UP_S = 5.0  # ... and while it is positive
 log = logging.getLogger(__name__)
 
 
@@ -74,6 +75,7 @@ class HandleBackend:
     def __init__(self, handle: DeploymentHandle):
         self.handle = handle
         self._ready: tuple[float, int | None] | None = None  # (monotonic time, count)
+        self._refresh: asyncio.Future | None = None  # the status call in flight
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
         responses, finished = None, False
@@ -108,13 +110,27 @@ class HandleBackend:
             raise _engine_cause(err) from None
 
     async def ready_replicas(self) -> int | None:
-        """RUNNING replicas per Serve's controller, refreshed at most every
-        READY_CACHE_S; None when the controller cannot say."""
-        now = time.monotonic()
-        if self._ready is None or now - self._ready[0] >= READY_CACHE_S:
+        """RUNNING replicas per Serve's controller; None when the controller cannot say.
+        A count is reused for READY_CACHE_S, or READY_CACHE_UP_S while it is positive
+        (only a model with no replica needs it fresh: its requests are held, not queued);
+        requests that find it stale share one status call. Serve's status call costs
+        milliseconds of the ingress's CPU (it serialises each deployment's config)."""
+        if self._ready is not None:
+            at, count = self._ready
+            if time.monotonic() - at < (READY_CACHE_UP_S if count else READY_CACHE_S):
+                return count
+        if self._refresh is None:
+            self._refresh = asyncio.ensure_future(self._read_ready())
+        return await asyncio.shield(self._refresh)
+
+    async def _read_ready(self) -> int | None:
+        try:
             app, name = self.handle.app_name, self.handle.deployment_name
-            self._ready = (now, await asyncio.to_thread(_running_replicas, app, name))
-        return self._ready[1]
+            count = await asyncio.to_thread(_running_replicas, app, name)
+            self._ready = (time.monotonic(), count)
+            return count
+        finally:
+            self._refresh = None
 
 
 def _running_replicas(app: str, deployment: str) -> int | None:

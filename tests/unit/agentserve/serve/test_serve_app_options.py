@@ -135,3 +135,39 @@ def test_a_full_handle_queue_is_a_503_whichever_call_refuses(refuses_in):
 
     with pytest.raises(EngineUnavailableError, match="backpressure"):
         asyncio.run(run())
+
+
+def test_ready_replica_count_is_shared_and_reused_longer_while_positive(monkeypatch):
+    """Serve's status call costs the ingress CPU: concurrent requests share one, and a
+    positive count is reused for READY_CACHE_UP_S (a zero count only READY_CACHE_S)."""
+    import asyncio
+    import time as real_time
+
+    from agentserve.serve import app as app_module
+    from agentserve.serve.app import READY_CACHE_S, READY_CACHE_UP_S, HandleBackend
+
+    calls, counts = [], iter([0, 2, 2, 0])
+    clock = [1000.0]
+
+    def running(app, name):
+        calls.append((app, name))
+        real_time.sleep(0.05)  # concurrent callers arrive while this one runs
+        return next(counts)
+
+    class Handle:
+        app_name, deployment_name = "agentserve", "model-x"
+
+    monkeypatch.setattr(app_module, "_running_replicas", running)
+    monkeypatch.setattr(app_module.time, "monotonic", lambda: clock[0])
+    backend = HandleBackend(Handle())
+
+    async def ready_many(n: int) -> list:
+        return await asyncio.gather(*(backend.ready_replicas() for _ in range(n)))
+
+    assert asyncio.run(ready_many(8)) == [0] * 8 and len(calls) == 1  # one call shared
+    clock[0] += READY_CACHE_S  # a zero count is stale after READY_CACHE_S
+    assert asyncio.run(ready_many(3)) == [2] * 3 and len(calls) == 2
+    clock[0] += READY_CACHE_UP_S - 0.1  # a positive one lasts READY_CACHE_UP_S
+    assert asyncio.run(ready_many(1)) == [2] and len(calls) == 2
+    clock[0] += 0.2
+    assert asyncio.run(ready_many(1)) == [2] and len(calls) == 3
