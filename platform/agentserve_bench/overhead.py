@@ -232,9 +232,13 @@ def run(
                 )
         if "ray_serve_llm" in systems:
             with tempfile.TemporaryDirectory(prefix="bench-ray-serve-llm-") as logs:
-                figures["ray_serve_llm"], rayllm_settings = rayllm_runner(
-                    model, model_dir, plan, args.start_timeout_s, Path(logs)
-                )
+                try:
+                    figures["ray_serve_llm"], rayllm_settings = rayllm_runner(
+                        model, model_dir, plan, args.start_timeout_s, Path(logs)
+                    )
+                except (RuntimeError, TimeoutError) as exc:  # the peer, not the run, failed
+                    skipped = f"ray_serve_llm could not run: {_last_lines(str(exc))}"
+                    print(skipped, flush=True)
     if "agentserve" in systems:
         figures["agentserve"] = platform_runner(spec, factory, plan, args.start_timeout_s)
     reference = "vllm_serve" if "vllm_serve" in figures else next(iter(figures))
@@ -279,6 +283,12 @@ def run(
     print(table)
     print(json.dumps({"written": [str(out), str(docs / "benchmarks.md")]}))
     return 0
+
+
+def _last_lines(text: str, n: int = 8) -> str:
+    """The error's first line and its last `n` (a server log's tail ends with the cause)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines if len(lines) <= n + 1 else [lines[0], "...", *lines[-n:]])
 
 
 def _gpu_name() -> str | None:

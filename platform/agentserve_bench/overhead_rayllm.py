@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agentserve.serve.local import LOOPBACK, pin_token_auth
 from agentserve.spec import ModelSpec
 
 from agentserve_bench.overhead_peers import peer_engine_args, stop_group, wait_models
@@ -53,10 +54,7 @@ def builder_config(
     llm_config: dict[str, Any] = {
         "model_loading_config": {"model_id": model.name, "model_source": model_dir},
         "engine_kwargs": peer_engine_args(model, model_dir),
-        "deployment_config": {"num_replicas": 1},
-        # Ray's LLMServer logs every request and exports engine metrics by default; the
-        # replica keeps vLLM's stats on too (disable_log_stats False), so both count them
-        "log_engine_metrics": True,
+        "deployment_config": {"num_replicas": 1},  # everything else: Ray's defaults
     }
     if cpu:
         llm_config["accelerator_config"] = {"kind": "cpu"}
@@ -82,7 +80,10 @@ def rayllm_server(
     output in log_dir/ray_serve_llm.log) until exit; yields (base URL, what it runs with)
     once /v1/models answers."""
     config = builder_config(model, model_dir, cpu=cpu)
-    config_path, info_path = log_dir / "ray_serve_llm_config.json", log_dir / "ray_serve_llm_info.json"
+    config_path, info_path = (
+        log_dir / "ray_serve_llm_config.json",
+        log_dir / "ray_serve_llm_info.json",
+    )
     config_path.write_text(json.dumps(config))
     log_path = log_dir / "ray_serve_llm.log"
     env = dict(os.environ)
@@ -132,12 +133,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 # -- the subprocess ---------------------------------------------------------------------------
 def _serve(config: dict[str, Any], port: int, info_path: Path) -> None:
+    # here, not at the top: ray.serve.llm imports only with the overlay on PYTHONPATH,
+    # which only this subprocess has
     import ray
     from ray import serve
     from ray.llm._internal.serve import constants as rayllm_constants
     from ray.serve.llm import build_openai_app
-
-    from agentserve.serve.local import LOOPBACK, pin_token_auth
 
     pin_token_auth()
     temp_dir = tempfile.mkdtemp(prefix="rsl-", dir="/tmp")  # short: Ray's socket paths

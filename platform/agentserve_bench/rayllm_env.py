@@ -92,9 +92,13 @@ def problem(overlay: Path | None = None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentserve_bench.rayllm_env", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m agentserve_bench.rayllm_env", description=__doc__
+    )
     parser.add_argument("--install", action="store_true", help="pip install the overlay")
-    parser.add_argument("--overlay", type=Path, help="(default: $%s or .venv-rayllm-overlay)" % OVERLAY_ENV)
+    parser.add_argument(
+        "--overlay", type=Path, help=f"(default: ${OVERLAY_ENV} or .venv-rayllm-overlay)"
+    )
     args = parser.parse_args(argv)
     overlay = args.overlay or overlay_dir()
     if args.install:

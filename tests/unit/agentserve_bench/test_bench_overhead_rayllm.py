@@ -16,7 +16,8 @@ from agentserve_bench.overhead_phases import _run_levels
 from agentserve_bench.overhead_rayllm import builder_config
 from agentserve_bench.overhead_requests import engine_request_fn
 
-DOC = "# Benchmarks\n\n<!-- platform-overhead-no-drafter:begin -->\nold\n<!-- platform-overhead-no-drafter:end -->\n"
+SECTION = "platform-overhead-no-drafter"
+DOC = f"# Benchmarks\n\n<!-- {SECTION}:begin -->\nold\n<!-- {SECTION}:end -->\n"
 
 
 def _model(**extra):
@@ -69,7 +70,9 @@ def test_on_a_gpu_ray_keeps_its_default_accelerator_and_the_batching_knob_is_opt
 def test_overlay_requirements_are_found_in_the_overlay_or_reported_missing(tmp_path):
     dist = tmp_path / "fakepkg_for_overlay-1.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakepkg_for_overlay\nVersion: 1.0\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fakepkg_for_overlay\nVersion: 1.0\n"
+    )
     wanted = ("fakepkg-for-overlay==1.0", "pytest==0", "surely-absent-pkg==2.0")
     assert rayllm_env.missing(tmp_path, wanted) == ["surely-absent-pkg==2.0"]
     assert rayllm_env.missing(tmp_path / "empty", wanted) == [
@@ -169,3 +172,30 @@ def test_a_default_run_without_the_overlay_says_why_ray_serve_llm_is_skipped(
     report = json.loads((tmp_path / "benchmarks" / "platform_overhead_no_drafter.json").read_text())
     assert report["skipped"] == "ray_serve_llm skipped: ray 2.60 needs pyarrow"
     assert "ray_serve_llm skipped" in (tmp_path / "benchmarks.md").read_text()
+
+
+def test_when_ray_serve_llm_fails_to_start_the_run_goes_on_and_records_why(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "benchmarks.md").write_text(DOC)
+    monkeypatch.setattr(overhead, "resolve_model", lambda source, progress=False: tmp_path)
+
+    def broken(model, model_dir, plan, timeout_s, log_dir):
+        raise RuntimeError("Ray Serve LLM exited (1):\nloading...\nImportError: no pyarrow")
+
+    argv = ["bench", "overhead", "--no-drafter", "--concurrency", "1", "--max-tokens", "3"]
+    argv += ["--systems", "ray_serve_llm,agentserve", "--docs", str(tmp_path)]
+    assert (
+        overhead.run(
+            build_parser().parse_args(argv),
+            platform_runner=lambda spec, f, p, t: _fake_levels(spec.models[0], p, "agentserve"),
+            rayllm_runner=broken,
+            rayllm_check=lambda: None,
+        )
+        == 0
+    )
+    why = "ray_serve_llm could not run: Ray Serve LLM exited (1): | loading... | ImportError"
+    assert why in capsys.readouterr().out
+    report = json.loads((tmp_path / "benchmarks" / "platform_overhead_no_drafter.json").read_text())
+    assert list(report["systems"]) == ["agentserve"] and report["skipped"].startswith(why)
+    assert "ImportError: no pyarrow" in (tmp_path / "benchmarks.md").read_text()
