@@ -9,7 +9,9 @@ the Engine protocol), "vllm_serve" (vLLM's own OpenAI server with the same engin
 arguments) and "agentserve" (the app `agentserve up` serves: HTTP, ingress, Ray Serve
 handle, replica). Per request: TTFT, and TPOT = (last token time - first token time) /
 (output tokens - 1), measured at the caller; per level: tokens/s = output tokens / wall
-time. Ratios are to vllm_serve when it ran, else to bare.
+time. Ratios are to vllm_serve when it ran, else to bare. "ray_serve_llm" (Ray Serve LLM's
+build_openai_app, one LLMServer replica, the same engine arguments) runs when its overlay is
+installed (rayllm_env.py); without it the default skips it and says why.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ from agentserve_bench.overhead_phases import (
     PlatformRunner,
     bare_fake,
     bare_vllm,
+    cuda_available,
     free_port,
     http_levels,
     platform_phase,
+    ray_serve_llm_phase,
     vllm_serve_phase,
 )
 from agentserve_bench.overhead_stats import (
@@ -51,6 +55,7 @@ from agentserve_bench.overhead_stats import (
     markdown_table,
     verdict,
 )
+from agentserve_bench.rayllm_env import problem as rayllm_problem
 from agentserve_bench.report import default_docs, replace_section
 
 __all__ = [
@@ -67,12 +72,16 @@ __all__ = [
 
 JSON_NAME = "platform_overhead.json"
 SECTION = "platform-overhead"
-SYSTEMS = ("bare", "vllm_serve", "agentserve")  # in the order they run
+SYSTEMS = ("bare", "vllm_serve", "ray_serve_llm", "agentserve")  # in the order they run
+PEERS = ("vllm_serve", "ray_serve_llm")  # servers a user would run instead: vLLM only
 DESCRIBED = {
     "bare": "in-process: vLLM AsyncLLM.generate on chat-templated token ids",
     "bare_fake": "in-process: FakeEngine through the Engine protocol",
     "vllm_serve": "vLLM's own OpenAI server (python -m vllm.entrypoints.openai.api_server) "
     "with the replica's engine arguments, streamed /v1/chat/completions via httpx",
+    "ray_serve_llm": "Ray Serve LLM (ray.serve.llm.build_openai_app, one LLMServer replica, "
+    "its own local Ray cluster) with the replica's engine arguments, streamed "
+    "/v1/chat/completions via httpx",
     "agentserve": "HTTP + Ray Serve (the `agentserve up` app on local Ray), streamed "
     "/v1/chat/completions via httpx",
 }
@@ -120,19 +129,10 @@ def bench_spec(args: argparse.Namespace) -> DeploymentSpec:
     model["replicas"].update(min_replicas=1, max_replicas=1, initial_replicas=None)
     if args.engine == "fake":
         model["replicas"]["num_cpus"] = 0.5
-    elif _cuda_available():  # the replica gets the GPU the bare phase uses
+    elif cuda_available():  # the replica gets the GPU the bare phase uses
         model["replicas"]["num_gpus"] = max(1, model["replicas"]["num_gpus"])
     spec = spec_from_dict(data, source="(bench overhead)")
     return with_overrides(spec, "127.0.0.1", args.port or free_port())
-
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # no torch or a broken driver: CPU
-        return False
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -157,15 +157,33 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(a) for a in parts)
 
 
-def systems_to_run(args: argparse.Namespace) -> tuple[str, ...]:
-    """--systems in run order (default: all three on vLLM; bare and agentserve on fake)."""
-    wanted = args.systems or (SYSTEMS if args.engine == "vllm" else ("bare", "agentserve"))
+def systems_to_run(
+    args: argparse.Namespace, rayllm_problem: str | None = None
+) -> tuple[tuple[str, ...], str | None]:
+    """--systems in run order, and why a default system is left out (None when none is).
+
+    Default: all four on vLLM, less ray_serve_llm when `rayllm_problem` says why it cannot
+    run here; bare and agentserve on fake. Asking for ray_serve_llm when it cannot run is
+    an error that says why."""
+    skipped = None
+    if args.systems:
+        wanted = args.systems
+    elif args.engine != "vllm":
+        wanted = ("bare", "agentserve")
+    else:
+        wanted = SYSTEMS
+        if rayllm_problem:
+            wanted = tuple(s for s in SYSTEMS if s != "ray_serve_llm")
+            skipped = f"ray_serve_llm skipped: {rayllm_problem}"
     unknown = sorted(set(wanted) - set(SYSTEMS))
     if unknown:
         raise SystemExit(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)}")
-    if "vllm_serve" in wanted and args.engine != "vllm":
-        raise SystemExit("--systems vllm_serve needs --engine vllm")
-    return tuple(s for s in SYSTEMS if s in wanted)
+    for peer in PEERS:
+        if peer in wanted and args.engine != "vllm":
+            raise SystemExit(f"--systems {peer} needs --engine vllm")
+    if "ray_serve_llm" in wanted and rayllm_problem:
+        raise SystemExit(f"--systems ray_serve_llm: {rayllm_problem}")
+    return tuple(s for s in SYSTEMS if s in wanted), skipped
 
 
 def run(
@@ -173,13 +191,18 @@ def run(
     *,
     platform_runner: PlatformRunner = platform_phase,
     peer_runner: Any = vllm_serve_phase,
+    rayllm_runner: Any = ray_serve_llm_phase,
+    rayllm_check: Any = rayllm_problem,
 ) -> int:
-    """The benchmark; `platform_runner` / `peer_runner` serve the agentserve / vllm_serve
-    phases (tests swap in ones without Ray or vLLM)."""
+    """The benchmark; `platform_runner` / `peer_runner` / `rayllm_runner` serve the
+    agentserve / vllm_serve / ray_serve_llm phases, `rayllm_check` says why Ray Serve LLM
+    cannot run (tests swap in ones without Ray or vLLM)."""
 
     if args.max_tokens < 2:
         raise SystemExit("--max-tokens must be >= 2 (TPOT needs two tokens)")
-    systems = systems_to_run(args)
+    systems, skipped = systems_to_run(args, rayllm_check() if args.engine == "vllm" else None)
+    if skipped:
+        print(skipped, flush=True)
     spec = bench_spec(args)
     model = spec.models[0]
     plan = Plan(PROMPTS, tuple(args.concurrency), args.max_tokens, args.rounds)
@@ -192,6 +215,7 @@ def run(
         flush=True,
     )
     figures: dict[str, dict[int, dict[str, Any]]] = {}
+    rayllm_settings: dict[str, Any] | None = None
     if model.engine == "fake":
         factory: Any = FakeEngineFactory(token_delay_s=args.fake_step_ms / 1000, accept_per_step=1)
         if "bare" in systems:
@@ -206,6 +230,15 @@ def run(
                 figures["vllm_serve"] = peer_runner(
                     model, model_dir, plan, args.start_timeout_s, Path(logs)
                 )
+        if "ray_serve_llm" in systems:
+            with tempfile.TemporaryDirectory(prefix="bench-ray-serve-llm-") as logs:
+                try:
+                    figures["ray_serve_llm"], rayllm_settings = rayllm_runner(
+                        model, model_dir, plan, args.start_timeout_s, Path(logs)
+                    )
+                except (RuntimeError, TimeoutError) as exc:  # the peer, not the run, failed
+                    skipped = f"ray_serve_llm could not run: {_last_lines(str(exc))}"
+                    print(skipped, flush=True)
     if "agentserve" in systems:
         figures["agentserve"] = platform_runner(spec, factory, plan, args.start_timeout_s)
     reference = "vllm_serve" if "vllm_serve" in figures else next(iter(figures))
@@ -225,6 +258,8 @@ def run(
         "prompts": len(plan.prompts),
         "systems": {s: DESCRIBED[bare_kind if s == "bare" else s] for s in figures},
         "reference": reference,
+        "skipped": skipped,
+        "ray_serve_llm": rayllm_settings,
         "definitions": {
             "tpot_ms": "mean over requests of (last - first output time) / (tokens - 1)",
             "tokens_per_s": "output tokens of the level / its wall time",
@@ -248,6 +283,12 @@ def run(
     print(table)
     print(json.dumps({"written": [str(out), str(docs / "benchmarks.md")]}))
     return 0
+
+
+def _last_lines(text: str, n: int = 8) -> str:
+    """The error's first line and its last `n` (a server log's tail ends with the cause)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines if len(lines) <= n + 1 else [lines[0], "...", *lines[-n:]])
 
 
 def _gpu_name() -> str | None:
@@ -277,6 +318,16 @@ def _section(report: dict[str, Any], table: str) -> str:
             f"x, {fmt_number(target['throughput_ratio_at_highest'], 3)}x). agentserve "
             f"throughput relative to concurrency {levels[0]['concurrency']}: {scaling}.\n"
         )
+    notes = ""
+    if report.get("ray_serve_llm"):
+        r = report["ray_serve_llm"]
+        notes += (
+            f"Ray Serve LLM ran with ray {r.get('ray')}, vLLM {r.get('vllm')}, on "
+            f"{r.get('accelerator')}, stream batching {r.get('stream_batching_interval_ms')} ms "
+            "(its default: LLMServer yields what vLLM produced every interval).\n\n"
+        )
+    if report.get("skipped"):
+        notes += f"{report['skipped']}.\n\n"
     return (
         "## Platform overhead (agentserve vs vLLM's own server and the bare engine"
         f"{', no drafter' if report['json'] != JSON_NAME else ''})\n\n"
@@ -286,7 +337,7 @@ def _section(report: dict[str, Any], table: str) -> str:
         f"output tokens per request, greedy, ignore_eos; {report['wall_s']:.0f} s). Raw "
         f"figures: `benchmarks/{report['json']}`.\n\n"
         f"Systems, one at a time with the same engine settings: {systems}. Ratios are to "
-        f"{report['reference']}.\n\n"
+        f"{report['reference']}.\n\n{notes}"
         f"{table}\n{verdict_line}"
     )
 
@@ -298,10 +349,11 @@ def _ints(text: str) -> list[int]:
 def add_parser(kinds: argparse._SubParsersAction) -> None:
     p = kinds.add_parser(
         "overhead",
-        help="agentserve vs vLLM's own server vs the bare engine: TPOT, TTFT, tokens/s",
+        help="agentserve vs vLLM's own server, Ray Serve LLM and the bare engine: TPOT, "
+        "TTFT, tokens/s",
         description="Runs the same prompts through the bare engine in-process, vLLM's own "
-        "OpenAI server and the app `agentserve up` serves (HTTP + Ray Serve), one after the "
-        "other, at each concurrency; writes docs/benchmarks/"
+        "OpenAI server, Ray Serve LLM and the app `agentserve up` serves (HTTP + Ray "
+        "Serve), one after the other, at each concurrency; writes docs/benchmarks/"
         f"{JSON_NAME} and a section in docs/benchmarks.md.",
     )
     p.add_argument("--spec", help="DeploymentSpec file (default: the embedded deployment)")
@@ -333,8 +385,9 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--systems",
         type=lambda text: tuple(x for x in text.split(",") if x),
-        help=f"comma list of {', '.join(SYSTEMS)} (default: all three with --engine vllm, "
-        "bare,agentserve with fake)",
+        help=f"comma list of {', '.join(SYSTEMS)} (default: all four with --engine vllm, "
+        "less ray_serve_llm without its overlay (python -m agentserve_bench.rayllm_env "
+        "--install); bare,agentserve with fake)",
     )
     p.add_argument(
         "--docs",

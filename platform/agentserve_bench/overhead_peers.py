@@ -25,22 +25,26 @@ from typing import Any
 from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.spec import ModelSpec
 
-__all__ = ["serve_args", "vllm_server"]
+__all__ = ["peer_engine_args", "serve_args", "stop_group", "vllm_server", "wait_models"]
 
 # engine_kwargs keys that are not `vllm serve` flags (the model is positional, the served
 # name is set from the spec, media domains only matter for multimodal models)
 _NOT_FLAGS = {"model", "served_model_name", "allowed_media_domains"}
 
 
+def peer_engine_args(model: ModelSpec, model_dir: str) -> dict[str, Any]:
+    """The replica's engine arguments a peer server gets (pure): engine_kwargs less the model
+    and served name (each peer sets them its own way), media domains and unset values."""
+    kwargs = engine_kwargs(model, model_dir)
+    return {k: v for k, v in kwargs.items() if k not in _NOT_FLAGS and v is not None}
+
+
 def serve_args(model: ModelSpec, model_dir: str, port: int) -> list[str]:
     """`vllm serve` arguments for `model` (pure): the replica's engine arguments as flags."""
 
-    kwargs = engine_kwargs(model, model_dir)
     args = ["--model", model_dir, "--served-model-name", model.name]
     args += ["--host", "127.0.0.1", "--port", str(port), "--disable-uvicorn-access-log"]
-    for key, value in kwargs.items():
-        if key in _NOT_FLAGS or value is None:
-            continue
+    for key, value in peer_engine_args(model, model_dir).items():
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):  # vLLM's store_true flags (disable_*) have no --no- form
             if value or key.startswith("enable_"):
@@ -73,30 +77,33 @@ def vllm_server(
             command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
     try:
-        _wait_models(base, start_timeout_s, proc, log_path)
+        wait_models(base, start_timeout_s, proc, log_path)
         yield base
     finally:
-        _stop_group(proc)
+        stop_group(proc)
 
 
-def _wait_models(base: str, timeout_s: float, proc: Any, log_path: Path) -> None:
+def wait_models(
+    base: str, timeout_s: float, proc: Any, log_path: Path, what: str = "vLLM's server"
+) -> None:
+    """Return once GET /v1/models answers 200; raise with the log's tail if `proc` exits."""
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = log_path.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"vLLM's server exited ({proc.returncode}):\n{tail}")
+            raise RuntimeError(f"{what} exited ({proc.returncode}):\n{tail}")
         try:
             if httpx.get(f"{base}/v1/models", timeout=5, trust_env=False).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(1.0)
-    raise TimeoutError(f"vLLM's server not ready after {timeout_s:.0f} s (log: {log_path})")
+    raise TimeoutError(f"{what} not ready after {timeout_s:.0f} s (log: {log_path})")
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen) -> None:
     """SIGINT the server (like Ctrl-C), then SIGKILL its whole process group (the engine
     core and anything left)."""
     with contextlib.suppress(ProcessLookupError):

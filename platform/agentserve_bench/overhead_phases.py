@@ -1,6 +1,7 @@
 """The systems `agentserve bench overhead` measures, one phase each, every concurrency level
 in turn: the bare engine in process ("bare"), vLLM's own OpenAI server ("vllm_serve",
-overhead_peers.py) and the app `agentserve up` serves ("agentserve")."""
+overhead_peers.py), Ray Serve LLM ("ray_serve_llm", overhead_rayllm.py) and the app
+`agentserve up` serves ("agentserve")."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from agentserve.serve.ready import wait_ready
 from agentserve.spec import DeploymentSpec, ModelSpec
 
 from agentserve_bench.overhead_peers import vllm_server
+from agentserve_bench.overhead_rayllm import rayllm_server
 from agentserve_bench.overhead_requests import (
     async_llm_request_fn,
     engine_request_fn,
@@ -34,8 +36,10 @@ __all__ = [
     "PlatformRunner",
     "bare_fake",
     "bare_vllm",
+    "cuda_available",
     "http_levels",
     "platform_phase",
+    "ray_serve_llm_phase",
     "vllm_serve_phase",
 ]
 
@@ -175,6 +179,34 @@ def vllm_serve_phase(
     with vllm_server(model, model_dir, port, start_timeout_s, log_path) as base_url:
         print(f"  vllm_serve ready at {base_url} (log: {log_path})", flush=True)
         return asyncio.run(http_levels(base_url, model.name, plan, "vllm_serve"))
+
+
+def ray_serve_llm_phase(
+    model: ModelSpec, model_dir: str, plan: Plan, start_timeout_s: float, log_dir: Path
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
+    """Ray Serve LLM with the replica's engine arguments (its own Ray cluster in a
+    subprocess), the levels over HTTP; returns the figures and what it ran with."""
+
+    port = free_port()
+    cpu = not cuda_available()
+    with rayllm_server(model, model_dir, port, start_timeout_s, log_dir, cpu=cpu) as (url, info):
+        print(
+            f"  ray_serve_llm ready at {url} (ray {info.get('ray')}, stream batching "
+            f"{info.get('stream_batching_interval_ms')} ms; log: {log_dir / 'ray_serve_llm.log'})",
+            flush=True,
+        )
+        figures = asyncio.run(http_levels(url, model.name, plan, "ray_serve_llm"))
+    settings = {k: info.get(k) for k in ("ray", "vllm", "stream_batching_interval_ms")}
+    return figures, {**settings, "accelerator": "cpu" if cpu else "gpu"}
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # no torch or a broken driver: CPU
+        return False
 
 
 def free_port() -> int:

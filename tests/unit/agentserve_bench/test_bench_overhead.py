@@ -196,16 +196,36 @@ def test_systems_to_run_in_order_and_bad_choices_are_clear():
     def args(*flags):
         return build_parser().parse_args(["bench", "overhead", *flags])
 
-    assert systems_to_run(args()) == ("bare", "vllm_serve", "agentserve")
-    assert systems_to_run(args("--engine", "fake")) == ("bare", "agentserve")
+    assert systems_to_run(args()) == (("bare", "vllm_serve", "ray_serve_llm", "agentserve"), None)
+    assert systems_to_run(args("--engine", "fake")) == (("bare", "agentserve"), None)
     assert systems_to_run(args("--systems", "agentserve,vllm_serve")) == (
-        "vllm_serve",
-        "agentserve",
+        ("vllm_serve", "agentserve"),
+        None,
     )
     with pytest.raises(SystemExit, match="unknown"):
         systems_to_run(args("--systems", "bare,tgi"))
     with pytest.raises(SystemExit, match="needs --engine vllm"):
         systems_to_run(args("--engine", "fake", "--systems", "vllm_serve"))
+    with pytest.raises(SystemExit, match="ray_serve_llm needs --engine vllm"):
+        systems_to_run(args("--engine", "fake", "--systems", "ray_serve_llm"))
+
+
+def test_ray_serve_llm_is_skipped_by_default_with_the_reason_and_refused_when_asked():
+    from agentserve_bench.overhead import systems_to_run
+
+    def args(*flags):
+        return build_parser().parse_args(["bench", "overhead", *flags])
+
+    why = "needs pyarrow in /x: run `python -m agentserve_bench.rayllm_env --install`"
+    systems, skipped = systems_to_run(args(), why)
+    assert systems == ("bare", "vllm_serve", "agentserve")
+    assert skipped == f"ray_serve_llm skipped: {why}"
+    assert systems_to_run(args("--systems", "bare,agentserve"), why) == (
+        ("bare", "agentserve"),
+        None,
+    )
+    with pytest.raises(SystemExit, match="ray_serve_llm: needs pyarrow"):
+        systems_to_run(args("--systems", "ray_serve_llm,vllm_serve"), why)
 
 
 def test_vllm_serve_gets_the_replica_engine_arguments_as_flags_vllm_accepts():
