@@ -121,9 +121,13 @@ def test_the_reliability_command_runs_from_the_checkout_root():
 def test_install_sh_help_lists_its_options_and_refuses_unknown_ones():
     for usage in re.findall(r"\./install\.sh( --[a-z]+)?", README):
         assert usage in ("", " --dev", " --help"), usage
-    out = subprocess.run(["bash", str(ROOT / "install.sh"), "--help"], capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", str(ROOT / "install.sh"), "--help"], capture_output=True, text=True
+    )
     assert out.returncode == 0
     for option in ("--dev", "--traces", "--gpu", "--cpu"):
         assert f"./install.sh {option}" in out.stdout
-    bad = subprocess.run(["bash", str(ROOT / "install.sh"), "--nope"], capture_output=True, text=True)
+    bad = subprocess.run(
+        ["bash", str(ROOT / "install.sh"), "--nope"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "unknown option '--nope'" in bad.stderr

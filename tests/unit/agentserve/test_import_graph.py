@@ -20,7 +20,9 @@ import agentserve
 import agentserve_bench
 import agentserve_operator
 
-ROOTS = [Path(package.__file__).parent for package in (agentserve, agentserve_bench, agentserve_operator)]
+ROOTS = [
+    Path(package.__file__).parent for package in (agentserve, agentserve_bench, agentserve_operator)
+]
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -61,7 +63,10 @@ def _targets(node: ast.Import | ast.ImportFrom, name: str, is_package: bool, mod
         base = ".".join(package + ([node.module] if node.module else []))
     else:
         base = node.module or ""
-    return {f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names}
+    return {
+        f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+        for alias in node.names
+    }
 
 
 def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:

@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import pytest
-
 from agentserve.engine.protocol import Delta, EngineError
 from agentserve.serve.coalesce import coalesced, merge_deltas
 
