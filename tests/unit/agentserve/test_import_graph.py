@@ -131,6 +131,20 @@ def test_the_project_has_no_import_circle():
     assert found == []
 
 
+def test_the_runtime_does_not_import_its_cli():
+    """The CLI sits on top: a runtime module that imports `agentserve.cli.x` runs the CLI
+    package's __init__ (every command's imports) and ties itself to the command line.
+    Helpers two commands share live below it (drafter_card and the benchmarks take
+    chat_prompt_ids from dflash.train.prompts, not from `agentserve generate`)."""
+    graph = import_graph(project_modules(ROOTS[:1]))
+    offenders = {
+        module: sorted(name for name in imported if name.startswith("agentserve.cli"))
+        for module, imported in graph.items()
+        if not module.startswith("agentserve.cli")
+    }
+    assert {module: names for module, names in offenders.items() if names} == {}
+
+
 def _write(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         path = root / rel
