@@ -19,6 +19,7 @@ __all__ = [
     "TOPICS",
     "Prompt",
     "PromptSourceMissingError",
+    "chat_prompt_ids",
     "check_disjoint",
     "heldout_prompts",
     "humaneval_prompts",
@@ -38,6 +39,16 @@ class Prompt:
         if self.messages is not None:
             return json.loads(self.messages)
         return [{"role": "user", "content": self.text}]
+
+
+def chat_prompt_ids(tokenizer, text: str | list[dict[str, str]]) -> list[int]:
+    """Token ids of a user message (or a whole chat) under the model's chat template, ready
+    for the reply: what every engine here is fed (training responses, the reference loop,
+    the benchmarks, the drafter card's tau), so all of them prompt the model alike."""
+    messages = [{"role": "user", "content": text}] if isinstance(text, str) else text
+    return list(
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+    )
 
 
 _NAMES = [

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dflash.train.prompts import Prompt
+from dflash.train.prompts import Prompt, chat_prompt_ids
 
 __all__ = [
     "cpu_engine_env",
@@ -45,13 +45,6 @@ def _chunks(items: list, size: int) -> Iterator[list]:
         yield items[i : i + size]
 
 
-def _chat_ids(tokenizer, text: str | list[dict[str, str]]) -> list[int]:
-    messages = [{"role": "user", "content": text}] if isinstance(text, str) else text
-    return list(
-        tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
-    )
-
-
 def start_engine(model_dir: str, max_model_len: int, max_num_seqs: int, seed: int):
     from vllm import LLM
 
@@ -79,7 +72,7 @@ def self_written_prompts(llm, topics: list[str], n: int, seed: int = 0) -> list[
     ]
     params = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=48, seed=seed)
     outs = llm.generate(
-        [{"prompt_token_ids": _chat_ids(tokenizer, a)} for a in asks], params, use_tqdm=True
+        [{"prompt_token_ids": chat_prompt_ids(tokenizer, a)} for a in asks], params, use_tqdm=True
     )
     seen: dict[str, Prompt] = {}
     for out in outs:
@@ -130,7 +123,7 @@ def generate_responses(
     written = 0
     with out_path.open("a") as f:
         for batch in _chunks(todo, chunk):
-            ids = [_chat_ids(tokenizer, p.chat()) for p in batch]
+            ids = [chat_prompt_ids(tokenizer, p.chat()) for p in batch]
             if max_prompt_tokens is not None:
                 fits = [len(x) <= max_prompt_tokens for x in ids]
                 for p, ok in zip(batch, fits, strict=True):

@@ -7,8 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentserve.cli.generate import chat_prompt_ids
-from dflash.train.prompts import heldout_prompts
+from dflash.train.prompts import chat_prompt_ids, heldout_prompts
 from dflash.train.responses import load_responses
 
 __all__ = ["card_for_run", "card_line", "evaluate_tau", "plot_curve", "write_card"]

@@ -23,6 +23,8 @@ import platformdirs
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
+from agentserve.model_errors import ModelConversionError, ModelNotFoundError
+
 __all__ = [
     "BUNDLED_MODEL",
     "ModelConversionError",
@@ -63,14 +65,6 @@ LOCAL_PREFIXES = ("/", "./", "../", "~")
 
 Converter = Callable[[Path, Path, bool], None]
 """(gguf_path, empty_out_dir, progress) -> None; writes a complete HF directory."""
-
-
-class ModelNotFoundError(LookupError):
-    """A model source names nothing usable here (no download is ever attempted)."""
-
-
-class ModelConversionError(RuntimeError):
-    """Converting the bundled GGUF produced something other than the expected model."""
 
 
 def cache_root() -> Path:
@@ -140,7 +134,9 @@ def resolve_model(
         target = cache_root() / "models" / BUNDLED_MODEL
         return _ensure_converted(target, convert or convert_bundled, progress)
     if is_hub_id(source) and not Path(source).is_dir():  # an existing ./org/name wins
-        from agentserve.hub import resolve_hub  # lazy: hub imports this module (circle)
+        # lazy: hub imports huggingface_hub (~0.2 s), which the spec and the operator,
+        # importing this module for BUNDLED_MODEL and is_hub_id, never need
+        from agentserve.hub import resolve_hub
 
         return resolve_hub(source, revision, progress=progress)
     return _local_model_dir(source)

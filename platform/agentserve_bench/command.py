@@ -32,7 +32,7 @@ from agentserve_bench.report import (
 )
 from agentserve_bench.speculative import reference_runs, vllm_runs
 from dflash.train.code_prompts import heldout_context_prompts
-from dflash.train.prompts import humaneval_prompts
+from dflash.train.prompts import chat_prompt_ids, humaneval_prompts
 
 __all__ = ["add_parser", "register"]
 
@@ -108,10 +108,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _heldout_ids(tokenizer, n: int) -> list[list[int]]:
     picked = humaneval_prompts()[: n - n // 2] + heldout_context_prompts(n // 2)
-    return [
-        list(tokenizer.apply_chat_template(p.chat(), add_generation_prompt=True, return_dict=False))
-        for p in picked
-    ]
+    return [chat_prompt_ids(tokenizer, p.chat()) for p in picked]
 
 
 def _methods(text: str) -> list[tuple[str, int]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from agentserve.autoscale.latency_stat import tpot_ms as tpot_of
 
 __all__ = [
     "TARGET_OVERHEAD",
@@ -47,9 +48,7 @@ class RequestTiming:
     @property
     def tpot_ms(self) -> float | None:
         """Per output token after the first; None below two tokens."""
-        if self.first_s is None or self.last_s is None or self.output_tokens < 2:
-            return None
-        return 1000 * (self.last_s - self.first_s) / (self.output_tokens - 1)
+        return tpot_of(self.first_s, self.last_s, self.output_tokens)
 
 
 OneRequest = Callable[[str, str], Awaitable[RequestTiming]]

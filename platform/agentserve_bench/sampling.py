@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentserve.cli.generate import chat_prompt_ids
 from agentserve.drafters import shipped_drafter
 from agentserve.model_sources import resolve_model
 
@@ -31,6 +30,7 @@ from agentserve_bench.sampling_check import (
     setting_label,
 )
 from agentserve_bench.speculative import method_speculative_config
+from dflash.train.prompts import chat_prompt_ids
 
 __all__ = ["add_parser", "method_configs", "sampling_table"]
 

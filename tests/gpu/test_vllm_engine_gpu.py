@@ -71,11 +71,12 @@ def _in_child(model: dict, env: dict, prompts: list[list[int]]) -> dict:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """(prompts, env with an offline hub cache holding the shipped drafter)."""
-    from agentserve.cli.generate import chat_prompt_ids
     from agentserve.drafters import shipped_drafter
     from agentserve.model_sources import BUNDLED_MODEL, resolve_model
     from hub_cache import write_snapshot
     from transformers import AutoTokenizer
+
+    from dflash.train.prompts import chat_prompt_ids
 
     drafter = shipped_drafter(BUNDLED_MODEL)
     assert drafter is not None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from agentserve.cli.generate import chat_prompt_ids
 from agentserve.drafters import mask_token_id_for
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from transformers import AutoTokenizer
@@ -13,6 +12,7 @@ from dflash.config import DFlashConfig
 from dflash.generate import generate
 from dflash.model import DFlashDrafter
 from dflash.target import load_target
+from dflash.train.prompts import chat_prompt_ids
 
 pytestmark = pytest.mark.slow
 

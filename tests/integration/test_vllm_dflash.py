@@ -11,7 +11,6 @@ import json
 
 import pytest
 import torch
-from agentserve.cli.generate import chat_prompt_ids
 from agentserve.drafters import shipped_drafter
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from agentserve_bench.speculative import vllm_runs
@@ -20,6 +19,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from dflash.config import DFlashConfig
 from dflash.model import DFlashDrafter
+from dflash.train.prompts import chat_prompt_ids
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from agentserve.cli.generate import chat_prompt_ids
 from agentserve.drafters import shipped_drafter
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from agentserve_bench.sampling import method_configs
@@ -24,6 +23,8 @@ from agentserve_bench.sampling_check import (
     setting_label,
 )
 from transformers import AutoTokenizer
+
+from dflash.train.prompts import chat_prompt_ids
 
 pytestmark = pytest.mark.slow
 

@@ -32,13 +32,23 @@ from dataclasses import dataclass, field
 from agentserve.autoscale.policy_types import TenantLatency
 
 __all__ = ["GROWTH", "LatencyWindow", "bucket_of", "bucket_upper_ms", "histogram"]
-__all__ += ["p95_of_histogram", "pooled_p95", "pooled_tenant_latency"]
+__all__ += ["p95_of_histogram", "pooled_p95", "pooled_tenant_latency", "tpot_ms"]
 
 GROWTH = 1.05
 """Ratio between consecutive bucket edges (5% resolution)."""
 MIN_MS = 1.0
 """Upper edge of bucket 0: every latency of 1 ms or less."""
 _EPS = 1e-9
+
+
+def tpot_ms(first_s: float | None, last_s: float | None, output_tokens: int) -> float | None:
+    """Time per output token after the first, in ms: (last - first) / (tokens - 1); None
+    below two tokens or without both times. Per output token, not per engine step (a
+    speculative step emits several), and one definition for the replicas' published samples,
+    the simulator's and the benchmarks', so the policy's TPOT means the same in each."""
+    if first_s is None or last_s is None or output_tokens < 2:
+        return None
+    return 1000.0 * (last_s - first_s) / (output_tokens - 1)
 
 
 def bucket_of(ms: float) -> int:

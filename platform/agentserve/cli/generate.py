@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from agentserve.drafters import mask_token_id_for, shipped_drafter
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from dflash.config import DFlashConfig
+from dflash.train.prompts import chat_prompt_ids
 
 if TYPE_CHECKING:
     from dflash.generate import GenerationResult
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_PROMPTS",
     "add_parser",
-    "chat_prompt_ids",
     "load_drafter_choice",
     "run_reference",
 ]
@@ -55,15 +55,6 @@ def load_drafter_choice(
     if path is None:
         return None
     return load_drafter(path, dtype=target.dtype)
-
-
-def chat_prompt_ids(tokenizer, text: str) -> list[int]:
-    """Token ids of one user message under the model's chat template, ready for a reply."""
-    return list(
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False
-        )
-    )
 
 
 def _summary(result: GenerationResult) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from agentserve.autoscale.burst import RECENT_WINDOW_S
-from agentserve.autoscale.latency_stat import LatencyWindow
+from agentserve.autoscale.latency_stat import LatencyWindow, tpot_ms
 from agentserve.autoscale.ray_policy import encode_replica_stats
 from agentserve.engine.protocol import Delta, EngineStats
 from agentserve.engine.spec_by_batch import BatchCounts, acceptance_by_bucket, counts_delta
@@ -99,11 +99,8 @@ class ReplicaStats:
         call = self._open.pop(request_id, None)
         if call is None:
             return
-        ttft = tpot = None
-        if call.first_s is not None:
-            ttft = (call.first_s - call.accepted_s) * 1000.0
-            if call.output_tokens > 1 and call.last_s is not None:
-                tpot = (call.last_s - call.first_s) * 1000.0 / (call.output_tokens - 1)
+        ttft = None if call.first_s is None else (call.first_s - call.accepted_s) * 1000.0
+        tpot = tpot_ms(call.first_s, call.last_s, call.output_tokens)
         done = _Done(self.clock(), call.tenant, ttft, tpot, call.prompt_tokens, call.output_tokens)
         self._done.append(done)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from agentserve.autoscale.burst import RECENT_WINDOW_S
 from agentserve.autoscale.latency_stat import LatencyWindow, pooled_tenant_latency
+from agentserve.autoscale.latency_stat import tpot_ms as tpot_of
 from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_schedule
 from agentserve.autoscale.policy import Snapshot
 
@@ -72,9 +73,7 @@ class RequestRecord:
 
     @property
     def tpot_ms(self) -> float | None:
-        if self.finish_s is None or self.first_token_s is None or self.output_tokens < 2:
-            return None
-        return 1000 * (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
+        return tpot_of(self.first_token_s, self.finish_s, self.output_tokens)
 
 
 @dataclass

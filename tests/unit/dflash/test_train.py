@@ -13,7 +13,13 @@ from dflash.model import DFlashDrafter
 from dflash.train.features import FeatureStore, extract_features
 from dflash.train.loss import position_weights
 from dflash.train.masks import IGNORE, block_inputs, sample_anchors, training_mask
-from dflash.train.prompts import check_disjoint, heldout_prompts, training_prompts
+from dflash.train.prompts import (
+    Prompt,
+    chat_prompt_ids,
+    check_disjoint,
+    heldout_prompts,
+    training_prompts,
+)
 from dflash.train.trainer import TrainConfig, init_from_target, train
 
 
@@ -111,3 +117,14 @@ def test_short_training_run_learns_the_target(tiny_target, tmp_path):
         json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()
     ]
     assert log[-1]["step"] == 140 and len(log) == 7
+
+
+def test_chat_prompt_ids_templates_one_message_or_a_whole_chat():
+    class Template:
+        def apply_chat_template(self, messages, add_generation_prompt, return_dict):
+            assert add_generation_prompt and not return_dict
+            return (*(len(m["content"]) for m in messages), 0)  # 0: "assistant:"
+
+    chat = Prompt("p", "chat", "last", json.dumps([{"role": "user", "content": "ab"}] * 2))
+    assert chat_prompt_ids(Template(), "hello") == [5, 0]
+    assert chat_prompt_ids(Template(), chat.chat()) == [2, 2, 0]

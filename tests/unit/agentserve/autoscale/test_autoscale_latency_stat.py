@@ -19,6 +19,7 @@ from agentserve.autoscale.latency_stat import (
     p95_of_histogram,
     pooled_p95,
     pooled_tenant_latency,
+    tpot_ms,
 )
 from agentserve.autoscale.policy import PolicyState
 from agentserve.autoscale.ray_policy import snapshot_from_context
@@ -152,3 +153,11 @@ def test_live_adapter_and_simulator_feed_the_policy_the_same_numbers(n, replicas
         assert live[tenant].requests == sim[tenant].requests
         ttft = [q.ttft_ms for q in requests if q.tenant == tenant]
         assert sim[tenant].ttft_p95_ms == bucket_upper_ms(bucket_of(p95(ttft)))
+
+
+def test_tpot_is_per_output_token_after_the_first_in_every_world():
+    assert tpot_ms(1.0, 1.5, 11) == pytest.approx(50.0)
+    assert tpot_ms(1.0, 1.0, 1) is None and tpot_ms(None, 2.0, 5) is None
+    assert tpot_ms(1.0, None, 5) is None
+    record = RequestRecord("a", 0.0, 10, 11, 11, first_token_s=1.0, finish_s=1.5)
+    assert record.tpot_ms == tpot_ms(1.0, 1.5, 11)
