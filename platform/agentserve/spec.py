@@ -352,7 +352,7 @@ class ModelSpec(_Spec):
         "requests first. Off: first come, first served.",
     )
     stream_interval_ms: float = Field(
-        50.0,
+        100.0,
         ge=0,
         le=1000,
         description="Streams: the first token goes out at once, then at most one message "
