@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from agentserve.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 # Each README command (its words before the first argument) -> a test file that runs it.
@@ -42,7 +42,7 @@ RUN_BY = {
     "chat": "tests/e2e/test_up.py",
     "traces": "tests/unit/agentserve/cli/test_cli_traces.py",
     "generate": "tests/e2e/test_cli.py",
-    "model prepare": "tests/unit/test_readme_commands.py",
+    "model prepare": "tests/unit/repo/test_readme_commands.py",
     "spec show": "tests/unit/agentserve/cli/test_cli_main.py",
     "spec validate": "tests/e2e/test_cli.py",
     "spec schema": "tests/e2e/test_cli.py",
