@@ -2,9 +2,10 @@
 NetworkPolicy for the Ray pods, Service for the API, admin Service, ServiceMonitor). Same
 input, same dicts; every object carries the owner reference.
 
-/metrics and /status are not on the API Service: the ingress replica is pinned to the
-head pod (custom resource HEAD_RESOURCE) and serves them on server.metrics_port there; the
-admin Service (ClusterIP, head pod only) exposes that port and the ServiceMonitor scrapes it.
+/metrics and /status are not on the API Service: the ingress replicas are pinned to the
+head pod (custom resource HEAD_RESOURCE); replica k serves them on server.metrics_port + k
+there (`admin_ports`); the admin Service (ClusterIP, head pod only) exposes those ports and
+the ServiceMonitor scrapes each (every ingress replica counts its own requests).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 import yaml
 from agentserve.placement import gpus_per_node, replica_placement
-from agentserve.serve.names import INGRESS_NAME, deployment_name
+from agentserve.serve.admission import ingress_replicas
+from agentserve.serve.names import INGRESS_NAME, QUOTA_NAME, deployment_name
 from agentserve.spec import ModelSpec, TolerationSpec, to_yaml
 from agentserve.tenant_config import app_args, ingress_user_config
 
@@ -110,6 +112,12 @@ def configmap(d: r.Desired) -> dict[str, Any]:
     }
 
 
+def _on_head() -> dict[str, Any]:
+    """ray_actor_options of a deployment pinned to the head pod (a new dict each time: a
+    shared one would be written as a YAML alias)."""
+    return {"num_cpus": 0, "resources": {HEAD_RESOURCE: 1}}
+
+
 def serve_config(d: r.Desired) -> dict[str, Any]:
     """Ray Serve config (serveConfigV2): one application, model replicas pinned to groups.
     Tenants are the ingress's user_config, not application args (agentserve.tenant_config),
@@ -121,11 +129,12 @@ def serve_config(d: r.Desired) -> dict[str, Any]:
         }
         for m in d.spec.models
     ]
-    ingress = {"num_cpus": 0, "resources": {HEAD_RESOURCE: 1}}
+    if ingress_replicas(d.spec) > 1:  # the ingress replicas' shared tenant limits
+        deployments.append({"name": QUOTA_NAME, "ray_actor_options": _on_head()})
     deployments.append(
         {
             "name": INGRESS_NAME,
-            "ray_actor_options": ingress,
+            "ray_actor_options": _on_head(),
             # tenants apart from args: a key rotation updates only the ingress in place
             "user_config": ingress_user_config(d.spec),
         }
@@ -229,7 +238,7 @@ def head_group(d: r.Desired) -> dict[str, Any]:
         {"name": "client", "containerPort": 10001},
         {"name": "serve", "containerPort": d.spec.server.port},
         {"name": "metrics", "containerPort": 8080},
-        {"name": "admin", "containerPort": d.spec.server.metrics_port},
+        *({"name": name, "containerPort": port} for name, port in admin_ports(d)),
     ]
     return {
         # The dashboard listens on the pod IP, never 0.0.0.0 (KubeRay runs `ray start` in
@@ -327,9 +336,17 @@ def service(d: r.Desired) -> dict[str, Any]:
     }
 
 
+def admin_ports(d: r.Desired) -> list[tuple[str, int]]:
+    """(port name, port) of each ingress replica's admin endpoints on the head pod."""
+    base = d.spec.server.metrics_port
+    return [
+        ("admin" if k == 0 else f"admin-{k}", base + k) for k in range(ingress_replicas(d.spec))
+    ]
+
+
 def admin_service(d: r.Desired) -> dict[str, Any]:
-    """The ingress's /metrics and /status: the head pod's admin port, inside the cluster."""
-    port = d.spec.server.metrics_port
+    """The ingress replicas' /metrics and /status: the head pod's admin ports, inside the
+    cluster."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -337,7 +354,10 @@ def admin_service(d: r.Desired) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": {LABEL_DEPLOYMENT: d.name, "ray.io/node-type": "head"},
-            "ports": [{"name": "admin", "port": port, "targetPort": port, "protocol": "TCP"}],
+            "ports": [
+                {"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
+                for name, port in admin_ports(d)
+            ],
         },
     }
 
@@ -350,7 +370,9 @@ def servicemonitor(d: r.Desired) -> dict[str, Any]:
         "metadata": _meta(d, "ServiceMonitor", "monitoring"),
         "spec": {
             "selector": {"matchLabels": {LABEL_DEPLOYMENT: d.name, LABEL_COMPONENT: "admin"}},
-            "endpoints": [{"port": "admin", "path": "/metrics", "interval": "15s"}],
+            "endpoints": [
+                {"port": name, "path": "/metrics", "interval": "15s"} for name, _ in admin_ports(d)
+            ],
         },
     }
 
@@ -369,7 +391,7 @@ def network_policy(d: r.Desired) -> dict[str, Any]:
     Everything else (GCS 6379, Ray client 10001, the dashboard from elsewhere) is refused."""
     ray_pods = {"matchLabels": {LABEL_DEPLOYMENT: d.name, LABEL_COMPONENT: "ray"}}
     kuberay = {"namespaceSelector": {}, "podSelector": {"matchLabels": KUBERAY_OPERATOR}}
-    admin = [p for p in (d.spec.server.metrics_port, RAY_METRICS_PORT) if p is not None]
+    admin = [port for _, port in admin_ports(d)] + [RAY_METRICS_PORT]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

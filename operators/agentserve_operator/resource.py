@@ -32,6 +32,7 @@ DEFAULT_RAY_VERSION = "2.60.0"
 IN_POD_HOST = "0.0.0.0"  # the Serve proxy must listen on the pod IP for the Service to reach it
 # /metrics and /status: the ingress replica (pinned to the head pod) listens here
 DEFAULT_METRICS_PORT = 9400
+CLUSTER_INGRESS_REPLICAS = 2  # one ingress replica can die without taking every stream
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 
 
@@ -132,7 +133,8 @@ def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None) -> D
     Raises InvalidResource naming each failing field. The CR's `server.host` is replaced by
     0.0.0.0 (the in-pod bind address), so a cluster deployment always needs tenants; an
     unset `server.metrics_port` becomes DEFAULT_METRICS_PORT (admin endpoints never share
-    the API port in a cluster).
+    the API port in a cluster) and an unset `server.ingress_replicas`
+    CLUSTER_INGRESS_REPLICAS.
     """
     meta = cr.get("metadata", {})
     raw = dict(cr.get("spec") or {})
@@ -148,6 +150,8 @@ def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None) -> D
     raw["server"] = {**(raw.get("server") or {}), "host": IN_POD_HOST}
     if raw["server"].get("metrics_port") is None:
         raw["server"]["metrics_port"] = DEFAULT_METRICS_PORT
+    if raw["server"].get("ingress_replicas") is None:
+        raw["server"]["ingress_replicas"] = CLUSTER_INGRESS_REPLICAS
     try:
         spec = with_default_schedules(spec_from_dict(raw, source=f"AgentServe {meta.get('name')}"))
     except SpecError as err:

@@ -563,7 +563,9 @@ class ServerSpec(_Spec):
         description="Port of the admin endpoints (/metrics, /status), served by the ingress on "
         "host; null = they answer only loopback clients, on the API port.",
     )
-    max_queue_len: int = Field(64, ge=1, description="Queued requests per model, then 503.")
+    max_queue_len: int = Field(
+        64, ge=1, description="Queued requests per model (per ingress replica), then 503."
+    )
     max_request_body_bytes: int = Field(
         4 * 1024 * 1024,
         ge=1024,
@@ -584,10 +586,29 @@ class ServerSpec(_Spec):
         "dies mid-request (prompt + output so far); 0 = fail the request instead.",
     )
 
+    ingress_replicas: int | None = Field(
+        None,
+        ge=1,
+        le=16,
+        description="Ingress replicas, each serving the whole API (Serve's proxy spreads "
+        "requests over them, so one can die without taking every stream); tenant limits hold "
+        "across them (serve/shared_limits.py). With metrics_port set, replica k of a node "
+        "serves the admin endpoints on metrics_port + k. null = 1 with `agentserve up`, 2 in "
+        "a cluster (the operator).",
+    )
+
     @model_validator(mode="after")
     def _check_ports(self) -> ServerSpec:
-        if self.metrics_port == self.port:
-            raise ValueError(f"metrics_port must differ from port ({self.port})")
+        if self.metrics_port is None:
+            return self
+        last = self.metrics_port + (self.ingress_replicas or 1) - 1
+        if self.metrics_port <= self.port <= last:
+            raise ValueError(
+                f"metrics_port must differ from port ({self.port}); with ingress_replicas the "
+                f"admin ports are metrics_port .. metrics_port + ingress_replicas - 1"
+            )
+        if last > 65535:
+            raise ValueError(f"admin ports run past 65535 (up to {last})")
         return self
 
 

@@ -24,7 +24,7 @@ from agentserve.api.auth import Tenant
 from agentserve.api.errors import ModelNotFoundError, OverloadedError, RateLimitError
 from agentserve.api.quota import Lease
 from agentserve.engine.protocol import Delta
-from agentserve.spec import ModelSpec
+from agentserve.spec import DeploymentSpec, ModelSpec
 
 __all__ = ["AdmittedCall", "QueueShares", "estimate_prompt_tokens", "model_capacity"]
 __all__ += ["token_reservation"]
@@ -38,6 +38,12 @@ def model_capacity(model: ModelSpec, max_queue_len: int) -> int:
     definition: admission, the capacity gauge the alerts read, and the ingress
     deployment's own max_ongoing_requests (serve/app.py) all use it."""
     return model.max_num_seqs * model.replicas.max_replicas + max_queue_len
+
+
+def ingress_replicas(spec: DeploymentSpec) -> int:
+    """Ingress replicas of `spec`: server.ingress_replicas, 1 when unset (the operator sets
+    it for a cluster)."""
+    return spec.server.ingress_replicas or 1
 
 
 @dataclass

@@ -30,10 +30,11 @@ from agentserve.engine.protocol import (
     EngineUnavailableError,
 )
 from agentserve.placement import replica_placement
-from agentserve.serve.admission import model_capacity
-from agentserve.serve.names import INGRESS_NAME, deployment_name
+from agentserve.serve.admission import ingress_replicas, model_capacity
+from agentserve.serve.names import INGRESS_NAME, QUOTA_NAME, deployment_name
 from agentserve.serve.priority import replica_slots
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
+from agentserve.serve.shared_limits import QuotaKeeper, SharedQuota
 from agentserve.serve.status import add_status_route, current_status
 from agentserve.spec import (
     DeploymentSpec,
@@ -170,9 +171,11 @@ class Ingress:
         spec: DeploymentSpec,
         models: dict[str, DeploymentHandle],
         tenants_apart: bool = False,
+        quota: DeploymentHandle | None = None,
     ):
         self.spec = spec
         self.models = models
+        self.quota = quota
         self.tenants: list[TenantSpec] | None = [] if tenants_apart else None
         self.asgi: Any = None
 
@@ -190,10 +193,32 @@ class Ingress:
 
         tracer = make_tracer(self.spec.tracing, os.environ, "ingress")
         backends = {n: HandleBackend(h) for n, h in self.models.items()}
-        app = create_app(self.spec, backends, tracer=tracer, tenants=self.tenants)
+        spec = replica_admin_port(self.spec, _local_rank())
+        quota = None
+        if self.quota is not None:
+            quota = SharedQuota(self.quota, ingress_replicas(spec))
+        app = create_app(spec, backends, tracer=tracer, tenants=self.tenants, quota=quota)
         add_status_route(app)  # GET /status: Serve deployments and replicas
         self.asgi = app
         return app
+
+
+def _local_rank() -> int:
+    """This replica's rank among its deployment's replicas on its node (0 if unknown)."""
+    try:
+        return int(serve.get_replica_context().rank.local_rank)
+    except Exception:
+        return 0
+
+
+def replica_admin_port(spec: DeploymentSpec, local_rank: int) -> DeploymentSpec:
+    """The spec as ingress replica `local_rank` of its node serves it: admin endpoints on
+    metrics_port + local_rank, so replicas sharing a node do not fight over one port."""
+    port = spec.server.metrics_port
+    if port is None or local_rank == 0:
+        return spec
+    server = spec.server.model_copy(update={"metrics_port": port + local_rank})
+    return spec.model_copy(update={"server": server})
 
 
 def deployment_options(
@@ -265,7 +290,22 @@ def build_app(
     ingress = serve.deployment(Ingress).options(**ingress_options(spec))
     if spec.tenants:
         ingress = ingress.options(user_config=ingress_user_config(spec))
-    return ingress.bind(spec.model_copy(update={"tenants": []}), models, tenants_apart=apart)
+    quota = None
+    if ingress_replicas(spec) > 1:  # tenant limits shared by the ingress replicas
+        quota = serve.deployment(QuotaKeeper).options(**quota_options()).bind()
+    bare = spec.model_copy(update={"tenants": []})
+    return ingress.bind(bare, models, tenants_apart=apart, quota=quota)
+
+
+def quota_options() -> dict[str, Any]:
+    """Ray Serve options of the tenant-limits keeper: one replica, no CPU, and room for
+    every call at once (each takes microseconds on its event loop)."""
+    return {
+        "name": QUOTA_NAME,
+        "num_replicas": 1,
+        "ray_actor_options": {"num_cpus": 0},
+        "max_ongoing_requests": 10_000,
+    }
 
 
 def ingress_options(spec: DeploymentSpec) -> dict[str, Any]:
@@ -278,7 +318,7 @@ def ingress_options(spec: DeploymentSpec) -> dict[str, Any]:
     return {
         "name": INGRESS_NAME,
         "ray_actor_options": {"num_cpus": 0},
-        "num_replicas": 1,
+        "num_replicas": ingress_replicas(spec),
         "max_ongoing_requests": capacity + INGRESS_SPARE_REQUESTS,
         "graceful_shutdown_timeout_s": max(
             m.replicas.graceful_shutdown_timeout_s for m in spec.models

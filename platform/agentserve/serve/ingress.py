@@ -32,7 +32,6 @@ from agentserve.api.body import read_body
 from agentserve.api.cache_salt import CacheSalter
 from agentserve.api.errors import APIError, OverloadedError
 from agentserve.api.openai import ResponseBuilder
-from agentserve.api.quota import RateLimiter
 from agentserve.api.responses import ResponsesRequest
 from agentserve.api.responses_render import ResponsesBuilder
 from agentserve.api.sse import ChatFrames
@@ -46,7 +45,12 @@ from agentserve.engine.protocol import (
 )
 from agentserve.serve import spans
 from agentserve.serve.admin import AdminGate, admin_lifespan
-from agentserve.serve.admission import AdmittedCall, QueueShares, token_reservation
+from agentserve.serve.admission import (
+    AdmittedCall,
+    QueueShares,
+    ingress_replicas,
+    token_reservation,
+)
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.fanout import fan_out
 from agentserve.serve.host_guard import OpenModeGuard, trusted_hosts
@@ -55,6 +59,7 @@ from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits,
 from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
 from agentserve.serve.priority import Dispatcher
+from agentserve.serve.shared_limits import LocalQuota, SharedQuota
 from agentserve.spec import DeploymentSpec, TenantSpec
 
 __all__ = ["SESSION_HEADER", "create_app"]
@@ -76,11 +81,12 @@ class _Ingress:
         clock: Callable[[], float],
         tracer: Tracer,
         tenants: Sequence[TenantSpec] | None = None,
+        quota: LocalQuota | SharedQuota | None = None,
     ):
         self.spec, self.backends, self.clock = spec, dict(backends), clock
         self.tracer = tracer
         self.tenants = TenantResolver(spec, tenants)
-        self.limiter = RateLimiter(clock)
+        self.quota = quota or LocalQuota(clock)  # serve/shared_limits.py
         limits = model_limits(spec)
         self.metrics = ServingMetrics(sla_objectives(spec, tenants), limits)
         queue = spec.server.max_queue_len
@@ -88,7 +94,9 @@ class _Ingress:
         self.shares = QueueShares(capacity, queue)  # serve/admission.py
         self.shares.set_tenants(self.tenants.tenants())
         self.in_flight = self.shares.in_flight  # model -> requests queued or running
-        self.dispatch = Dispatcher(spec.models, list(self.backends))  # serve/priority.py
+        self.dispatch = Dispatcher(  # serve/priority.py
+            spec.models, list(self.backends), ingress_replicas(spec)
+        )
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.parser = RequestParser(self.max_model_len)
         self.salter = CacheSalter()
@@ -101,7 +109,7 @@ class _Ingress:
         self.metrics.set_slas(sla_objectives(self.spec, tenants))
 
     # -- admission ---------------------------------------------------------------------
-    def admit(
+    async def admit(
         self, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
     ) -> AdmittedCall:
         """Take `count` places (its choices) in the model's queue (404, 503 full, 429 past
@@ -109,7 +117,7 @@ class _Ingress:
         `reserve_tokens` (429)."""
         self.shares.admit(model, tenant, count)
         try:
-            lease = self.limiter.admit(tenant, reserve_tokens)
+            lease = await self.quota.admit(tenant, reserve_tokens)
         except BaseException:
             self.shares.release(model, tenant.name, count)
             raise
@@ -169,7 +177,7 @@ class _Ingress:
             translate = responses.translate if responses is not None else None
             body = await self.parser.parse(kind, raw, translate)  # heavy ones off the loop
             reserve = token_reservation(kind, body, self.max_model_len.get(body.model))
-            call = self.admit(body.model, tenant, reserve, count=body.n or 1)
+            call = await self.admit(body.model, tenant, reserve, count=body.n or 1)
         except APIError as err:  # rejected before admission: 400/401/404/429/503
             if responses is not None:
                 responses.rename(err)
@@ -394,6 +402,7 @@ def create_app(
     clock: Callable[[], float] = time.perf_counter,
     tracer: Tracer | None = None,
     tenants: Sequence[TenantSpec] | None = None,
+    quota: LocalQuota | SharedQuota | None = None,
 ) -> FastAPI:
     """The ingress ASGI app for `spec`, serving the models in `backends` (name -> backend).
 
@@ -402,7 +411,7 @@ def create_app(
     headers are still passed on). `tenants` None: the spec's; a list (the Serve
     ingress's user_config): those, a key always required; `set_tenants` replaces them.
     """
-    ingress = _Ingress(spec, backends, clock, tracer or NoOpTracer(), tenants)
+    ingress = _Ingress(spec, backends, clock, tracer or NoOpTracer(), tenants, quota)
     # The ingress process holds ~600k objects from importing vLLM; a full (gen 2) garbage
     # collection over them holds the GIL 100-500 ms, stalling every stream. Frozen objects
     # are never scanned again: later collections see only what requests allocate.

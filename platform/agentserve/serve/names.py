@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["INGRESS_NAME", "deployment_name"]
+__all__ = ["INGRESS_NAME", "QUOTA_NAME", "deployment_name"]
 
 INGRESS_NAME = "ingress"
-"""The ingress deployment (one replica; routes, admission, metrics)."""
+"""The ingress deployment (server.ingress_replicas replicas; routes, admission, metrics)."""
+QUOTA_NAME = "tenant-limits"
+"""The tenant-limits keeper, with more than one ingress replica (serve/shared_limits.py)."""
 
 
 def deployment_name(model: str) -> str:

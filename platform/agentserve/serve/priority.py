@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -171,10 +172,15 @@ class DispatchQueue:
 class Dispatcher:
     """Per model: a DispatchQueue and whether its engine schedules by priority."""
 
-    def __init__(self, models: Sequence[ModelSpec], names: Sequence[str]):
+    def __init__(self, models: Sequence[ModelSpec], names: Sequence[str], ingresses: int = 1):
+        """`ingresses`: ingress replicas sharing the model replicas; each sends its share
+        of a replica's slots (rounded up), so together they keep the engine full without
+        queueing in Serve's first-come router."""
         specs = {m.name: m for m in models}
         self.queues = {name: DispatchQueue() for name in names}
-        self.per_replica = {n: replica_slots(specs[n]) for n in names if n in specs}
+        self.per_replica = {
+            n: math.ceil(replica_slots(specs[n]) / ingresses) for n in names if n in specs
+        }
         self.by_priority = {n: specs[n].priority_scheduling for n in names if n in specs}
 
     async def send(

@@ -284,6 +284,12 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "metrics_port must differ",
     ),
     (
+        "an ingress replica's admin port clashes with the API port",
+        {"server": {"metrics_port": 7999, "ingress_replicas": 2}},
+        "server",
+        "metrics_port + ingress_replicas - 1",
+    ),
+    (
         "open mode on all interfaces",
         {"server": {"host": "0.0.0.0"}},
         "server.host",

@@ -88,7 +88,12 @@ def test_serve_config_runs_the_spec_and_pins_replicas_to_their_group():
     assert app["import_path"] == m.APP_IMPORT_PATH
     assert app["args"]["spec"] == d.spec.model_dump(mode="json") | {"tenants": []}
     assert app["args"]["tenant_slas"] == {t.name: t.sla.model_dump() for t in d.spec.tenants}
-    deployment, ingress = app["deployments"]
+    deployment, keeper, ingress = app["deployments"]
+    assert d.spec.server.ingress_replicas == 2  # the cluster default: no single ingress
+    assert keeper == {
+        "name": "tenant-limits",
+        "ray_actor_options": {"num_cpus": 0, "resources": {m.HEAD_RESOURCE: 1}},
+    }
     group = m.worker_group_name("qwen3-8b")
     assert deployment["ray_actor_options"]["resources"] == {group: 1}
     worker = by_kind(d)["RayService"]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
@@ -108,19 +113,23 @@ def test_admin_endpoints_only_on_the_head_pods_admin_port():
     assert port == 9400 and port != d.spec.server.port
     head = objs["RayService"]["spec"]["rayClusterConfig"]["headGroupSpec"]
     assert m.HEAD_RESOURCE in head["rayStartParams"]["resources"]
-    assert {"name": "admin", "containerPort": port} in head["template"]["spec"]["containers"][0][
-        "ports"
-    ]
+    container_ports = head["template"]["spec"]["containers"][0]["ports"]
+    # one admin port per ingress replica (two by default), metrics_port + its rank
+    assert {"name": "admin", "containerPort": port} in container_ports
+    assert {"name": "admin-1", "containerPort": port + 1} in container_ports
     admin = objs["AdminService"]["spec"]
     assert admin["type"] == "ClusterIP"
     assert admin["selector"] == {m.LABEL_DEPLOYMENT: d.name, "ray.io/node-type": "head"}
     assert admin["ports"] == [
-        {"name": "admin", "port": port, "targetPort": port, "protocol": "TCP"}
+        {"name": "admin", "port": port, "targetPort": port, "protocol": "TCP"},
+        {"name": "admin-1", "port": port + 1, "targetPort": port + 1, "protocol": "TCP"},
     ]
     assert [p["port"] for p in objs["Service"]["spec"]["ports"]] == [d.spec.server.port]
     monitor = objs["ServiceMonitor"]["spec"]
     assert monitor["selector"]["matchLabels"][m.LABEL_COMPONENT] == "admin"
-    assert monitor["endpoints"] == [{"port": "admin", "path": "/metrics", "interval": "15s"}]
+    assert monitor["endpoints"] == [
+        {"port": name, "path": "/metrics", "interval": "15s"} for name in ("admin", "admin-1")
+    ]
     kv.validate(objs["AdminService"], "1.30", strict=True)
 
 
@@ -155,7 +164,7 @@ def test_serve_deployment_names_match_the_serving_app():
     d = desired()
     [served] = m.serve_config(d)["applications"]
     built = [app.deployment_options(model, d.spec)["name"] for model in d.spec.models]
-    built.append(app.ingress_options(d.spec)["name"])
+    built += [app.quota_options()["name"], app.ingress_options(d.spec)["name"]]
     assert [dep["name"] for dep in served["deployments"]] == built
 
 

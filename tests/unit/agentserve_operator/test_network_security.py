@@ -54,7 +54,8 @@ def test_network_policy_admits_the_api_everyone_and_ray_ports_only_to_ray_pods()
         assert ray_pods.items() <= group["template"]["metadata"]["labels"].items()
     api, admin, kuberay, internal = spec["ingress"]
     assert api == {"ports": [{"protocol": "TCP", "port": d.spec.server.port}]}  # no `from`
-    assert {p["port"] for p in admin["ports"]} == {d.spec.server.metrics_port, 8080}
+    metrics = d.spec.server.metrics_port  # and the second ingress replica's, one above
+    assert {p["port"] for p in admin["ports"]} == {metrics, metrics + 1, 8080}
     assert admin["from"] == [{"namespaceSelector": {}}]  # pods of the cluster only
     assert {p["port"] for p in kuberay["ports"]} == {8265, 52365}
     assert kuberay["from"][0]["podSelector"] == {"matchLabels": m.KUBERAY_OPERATOR}

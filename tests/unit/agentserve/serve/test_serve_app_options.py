@@ -90,6 +90,23 @@ def test_ingress_takes_all_the_models_can_hold_and_drains_as_long():
     options = ingress_options(spec)
     assert options["max_ongoing_requests"] == (4 * 3 + 10) + (8 + 10) + INGRESS_SPARE_REQUESTS
     assert options["graceful_shutdown_timeout_s"] == 300
+    assert options["num_replicas"] == 1  # unset: one (the operator asks for 2)
+
+
+def test_ingress_replicas_share_the_dispatch_slots_and_take_admin_ports_by_rank():
+    from agentserve.serve.app import ingress_options, replica_admin_port
+    from agentserve.serve.priority import Dispatcher
+
+    raw = {"models": [{"name": "a", "max_num_seqs": 5}], "server": {"metrics_port": 9100}}
+    spec = DeploymentSpec.model_validate(raw | {"server": raw["server"] | {"ingress_replicas": 3}})
+    assert ingress_options(spec)["num_replicas"] == 3
+    # each of 3 ingresses sends ceil(2 * 5 / 3) = 4 requests per ready model replica
+    assert Dispatcher(spec.models, ["a"], 3).per_replica == {"a": 4}
+    assert Dispatcher(spec.models, ["a"]).per_replica == {"a": 10}
+    ports = [replica_admin_port(spec, rank).server.metrics_port for rank in range(3)]
+    assert ports == [9100, 9101, 9102]
+    open_spec = DeploymentSpec.model_validate({"models": raw["models"]})
+    assert replica_admin_port(open_spec, 2) is open_spec  # no admin port: nothing to move
 
 
 @pytest.mark.parametrize("refuses_in", ["remote", "stream"])

@@ -1,0 +1,115 @@
+"""One tenant-limits book shared by several ingress replicas (serve/shared_limits.py hosts it).
+
+Each ingress replica (an owner) asks the book to admit a request and later to finish its
+lease; the limits are those of api/quota.RateLimiter, kept once for all replicas, so a
+tenant limited to 3 requests in flight gets 3 in all, not 3 per ingress. An ingress that
+dies cannot finish its leases: every owner renews itself at least every RENEW_S
+(`renew`, or any admit/finish), and the leases of an owner not heard from for LEASE_TTL_S
+are finished by the book, charging their whole reservation (the tokens may have been
+spent). Pure: the clock is injected, there is no Ray here.
+
+Answers are plain data (they cross a Ray call): `admit` returns ("lease", lease id) or
+("refused", (message, retry_after_s, code)); `refusal_error` turns the latter back into
+the RateLimitError the ingress raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from collections.abc import Callable
+
+from agentserve.api.auth import Tenant
+from agentserve.api.errors import RateLimitError
+from agentserve.api.quota import Lease, RateLimiter
+
+__all__ = [
+    "LEASE_TTL_S",
+    "RENEW_S",
+    "Admission",
+    "QuotaBook",
+    "has_limits",
+    "refusal_error",
+    "share_of",
+]
+
+RENEW_S = 2.0  # an ingress renews its leases at least this often
+LEASE_TTL_S = 10.0  # leases of an owner silent this long are finished by the book
+
+Admission = tuple[str, object]  # ("lease", id) | ("refused", (message, retry_after_s, code))
+
+
+def has_limits(tenant: Tenant) -> bool:
+    """Whether any of the tenant's limits is set (unlimited tenants need no shared book)."""
+    limits = tenant.rate_limit
+    return bool(
+        limits.requests_per_minute or limits.tokens_per_minute or limits.max_concurrent_requests
+    )
+
+
+def share_of(tenant: Tenant, replicas: int) -> Tenant:
+    """The tenant with each limit split over `replicas` ingress replicas (rounded up): the
+    limits an ingress applies alone while the shared book cannot be reached."""
+    if replicas <= 1:
+        return tenant
+    limits = tenant.rate_limit.model_dump()
+    split = {k: None if v is None else math.ceil(v / replicas) for k, v in limits.items()}
+    return dataclasses.replace(tenant, rate_limit=tenant.rate_limit.model_copy(update=split))
+
+
+def refusal_error(refusal: object) -> RateLimitError:
+    message, retry_after_s, code = refusal  # type: ignore[misc]
+    return RateLimitError(message, retry_after_s=retry_after_s, code=code)
+
+
+class QuotaBook:
+    """Leases of many owners (ingress replicas) against one RateLimiter."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, ttl_s: float = LEASE_TTL_S):
+        self._clock, self._ttl_s = clock, ttl_s
+        self.limiter = RateLimiter(clock)
+        self._leases: dict[str, tuple[str, Lease]] = {}  # lease id -> (owner, lease)
+        self._heard: dict[str, float] = {}  # owner -> last time it called
+        self._ids = itertools.count()
+        self.expired = 0  # leases finished for owners that went silent
+
+    def admit(self, owner: str, tenant: Tenant, reserve_tokens: int = 0) -> Admission:
+        self.renew(owner)
+        try:
+            lease = self.limiter.admit(tenant, reserve_tokens)
+        except RateLimitError as err:
+            return "refused", (err.message, err.retry_after_s, err.code)
+        lease_id = f"{owner}/{next(self._ids)}"
+        self._leases[lease_id] = (owner, lease)
+        return "lease", lease_id
+
+    def finish(self, owner: str, lease_id: str, tokens: int) -> None:
+        """Finish one lease, charging `tokens`; an unknown (expired) lease is ignored."""
+        self.renew(owner)
+        entry = self._leases.pop(lease_id, None)
+        if entry is not None:
+            entry[1].finish(tokens)
+
+    def renew(self, owner: str) -> None:
+        """`owner` is alive; finish the leases of owners silent for the TTL."""
+        now = self._clock()
+        self._heard[owner] = now
+        silent = {o for o, at in self._heard.items() if now - at > self._ttl_s}
+        if not silent:
+            return
+        for lease_id, (who, lease) in list(self._leases.items()):
+            if who in silent:
+                del self._leases[lease_id]
+                lease.finish(lease.reserved)
+                self.expired += 1
+        for who in silent:
+            del self._heard[who]
+
+    def owners(self) -> list[str]:
+        """The owners heard from within the TTL."""
+        return sorted(self._heard)
+
+    def open_leases(self, owner: str | None = None) -> int:
+        return sum(owner is None or who == owner for who, _ in self._leases.values())

@@ -1,0 +1,156 @@
+"""Tenant limits that hold across ingress replicas.
+
+With `server.ingress_replicas` > 1 the app runs one QuotaKeeper deployment (one replica,
+no CPU) holding the api/quota_book.QuotaBook, and every ingress replica admits the
+requests of rate-limited tenants through it (SharedQuota): one Serve call at admission,
+one fire-and-forget call when the request ends, one renewal per ingress every RENEW_S.
+Tenants without limits never call it. With one ingress replica the limits stay in its
+memory (LocalQuota) and cost nothing.
+
+Failure: when the keeper cannot answer within CALL_TIMEOUT_S (restarting, unreachable),
+an ingress applies its share of each limit alone (limit / ingress replicas, rounded up)
+for KEEPER_RETRY_S, then tries the keeper again. The limits then hold per replica, not
+exactly in all. A restarted keeper starts with an empty book (the requests of the last
+minute are forgotten). Leases of an ingress that died are finished by the book after its
+LEASE_TTL_S (api/quota_book.py).
+
+Ray-free: the keeper is a plain class Serve hosts (serve/app.py), the client takes any
+handle whose methods return awaitables from `.remote(...)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from agentserve.api.auth import Tenant
+from agentserve.api.quota import Lease, RateLimiter
+from agentserve.api.quota_book import (
+    RENEW_S,
+    Admission,
+    QuotaBook,
+    has_limits,
+    refusal_error,
+    share_of,
+)
+
+__all__ = ["CALL_TIMEOUT_S", "KEEPER_RETRY_S", "LocalQuota", "QuotaKeeper", "SharedQuota"]
+
+CALL_TIMEOUT_S = 2.0
+KEEPER_RETRY_S = 5.0
+log = logging.getLogger(__name__)
+
+
+class LocalQuota:
+    """Limits in this process only (one ingress replica)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.limiter = RateLimiter(clock)
+
+    async def admit(self, tenant: Tenant, reserve_tokens: int = 0) -> Lease:
+        return self.limiter.admit(tenant, reserve_tokens)
+
+
+class QuotaKeeper:
+    """The Serve deployment holding the one QuotaBook (async methods: one at a time on
+    its event loop, no locks needed)."""
+
+    def __init__(self) -> None:
+        self.book = QuotaBook()
+
+    async def admit(self, owner: str, tenant: Tenant, reserve_tokens: int) -> Admission:
+        return self.book.admit(owner, tenant, reserve_tokens)
+
+    async def finish(self, owner: str, lease_id: str, tokens: int) -> None:
+        self.book.finish(owner, lease_id, tokens)
+
+    async def renew(self, owner: str) -> int:
+        """Renew `owner`; the number of its open leases (for tests and logs)."""
+        self.book.renew(owner)
+        return self.book.open_leases(owner)
+
+    async def state(self) -> dict[str, Any]:
+        """The ingress replicas heard from, open leases, leases expired (for status)."""
+        book = self.book
+        return {"owners": book.owners(), "open": book.open_leases(), "expired": book.expired}
+
+
+class _SharedLease:
+    """A lease held in the keeper; `finish` sends it back without waiting."""
+
+    def __init__(self, quota: SharedQuota, lease_id: str, reserved: int):
+        self._quota, self.lease_id, self.reserved = quota, lease_id, reserved
+        self._open = True
+
+    def finish(self, tokens: int) -> None:
+        if self._open:
+            self._open = False
+            self._quota.send("finish", self.lease_id, tokens)
+
+
+class SharedQuota:
+    """An ingress replica's view of the keeper (see the module docstring)."""
+
+    def __init__(
+        self,
+        keeper: Any,
+        replicas: int,
+        clock: Callable[[], float] = time.monotonic,
+        owner: str | None = None,
+    ):
+        self.keeper, self.replicas, self.clock = keeper, replicas, clock
+        self.owner = owner or uuid.uuid4().hex[:12]
+        self.local = RateLimiter(clock)  # unlimited tenants, and the fallback
+        self._keeper_down_until = float("-inf")
+        self._tasks: set[asyncio.Task] = set()
+        self._renewing: asyncio.Task | None = None
+
+    async def admit(self, tenant: Tenant, reserve_tokens: int = 0) -> Lease | _SharedLease:
+        if not has_limits(tenant):
+            return self.local.admit(tenant, reserve_tokens)
+        if self._renewing is None:
+            self._renewing = asyncio.ensure_future(self._renew_forever())
+        if self.clock() >= self._keeper_down_until:
+            try:
+                kind, value = await self._call("admit", self.owner, tenant, reserve_tokens)
+            except Exception as err:  # the keeper restarting or unreachable
+                self._keeper_down(err)
+            else:
+                if kind == "refused":
+                    raise refusal_error(value)
+                return _SharedLease(self, str(value), reserve_tokens)
+        return self.local.admit(share_of(tenant, self.replicas), reserve_tokens)
+
+    def send(self, method: str, *args: Any) -> None:
+        """Call the keeper without waiting (a failure is logged)."""
+        task = asyncio.ensure_future(self._quiet(method, *args))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        async def call() -> Any:
+            return await getattr(self.keeper, method).remote(*args)
+
+        return await asyncio.wait_for(call(), CALL_TIMEOUT_S)
+
+    async def _quiet(self, method: str, *args: Any) -> None:
+        try:
+            await self._call(method, self.owner, *args)
+        except Exception as err:
+            log.warning("tenant limits keeper: %s failed: %r", method, err)
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_S)
+            await self._quiet("renew")
+
+    def _keeper_down(self, err: BaseException) -> None:
+        self._keeper_down_until = self.clock() + KEEPER_RETRY_S
+        log.warning(
+            "tenant limits keeper unavailable (%r): this ingress applies 1/%d of each limit "
+            "alone for %g s", err, self.replicas, KEEPER_RETRY_S,
+        )  # fmt: skip

@@ -1,0 +1,88 @@
+"""QuotaBook: one set of tenant limits for several ingress replicas, and the leases of an
+ingress that went silent finished by the book."""
+
+from __future__ import annotations
+
+import pytest
+from agentserve.api.auth import Tenant
+from agentserve.api.quota_book import LEASE_TTL_S, QuotaBook, has_limits, refusal_error, share_of
+from agentserve.spec import RateLimitSpec, SLASpec
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _tenant(**limits) -> Tenant:
+    sla = SLASpec(ttft_p95_ms=1000, tpot_p95_ms=100)
+    return Tenant(name="t", sla=sla, rate_limit=RateLimitSpec(**limits))
+
+
+def test_concurrency_limit_holds_across_owners():
+    book, tenant = QuotaBook(Clock()), _tenant(max_concurrent_requests=3)
+    answers = [book.admit(owner, tenant) for owner in ("a", "b", "a", "b")]
+    assert [kind for kind, _ in answers] == ["lease", "lease", "lease", "refused"]
+    err = refusal_error(answers[-1][1])
+    assert err.status == 429 and err.code == "concurrency_limit_exceeded"
+    book.finish("b", answers[1][1], 10)  # b's lease ends: one slot frees, for anyone
+    assert book.admit("a", tenant)[0] == "lease"
+    assert book.open_leases() == 3 and book.open_leases("a") == 3
+
+
+def test_requests_per_minute_counted_once_for_all_owners():
+    clock = Clock()
+    book, tenant = QuotaBook(clock), _tenant(requests_per_minute=4)
+    kinds = []
+    for i in range(6):
+        kind, lease = book.admit("ab"[i % 2], tenant)
+        kinds.append(kind)
+        if kind == "lease":
+            book.finish("ab"[i % 2], lease, 1)
+    assert kinds == ["lease"] * 4 + ["refused"] * 2
+    clock.now = 61.0  # the window moved on
+    assert book.admit("a", tenant)[0] == "lease"
+
+
+def test_a_silent_owners_leases_are_finished_charging_their_reservation():
+    clock = Clock()
+    book = QuotaBook(clock)
+    tenant = _tenant(max_concurrent_requests=2, tokens_per_minute=1000)
+    _, dead = book.admit("dead", tenant, reserve_tokens=300)
+    _, alive = book.admit("alive", tenant, reserve_tokens=300)
+    assert book.admit("alive", tenant)[0] == "refused"  # 2 in flight
+    clock.now = LEASE_TTL_S / 2
+    book.renew("alive")
+    assert book.open_leases() == 2 and book.expired == 0  # not silent long enough yet
+    clock.now = LEASE_TTL_S + 1  # "dead" has not called since 0, "alive" renewed at TTL/2
+    book.renew("alive")
+    assert book.open_leases("dead") == 0 and book.open_leases("alive") == 1
+    assert book.expired == 1
+    # the dead lease's 300 reserved tokens were charged: 300 + 300 reserved + 500 > 1000
+    kind, refusal = book.admit("alive", tenant, reserve_tokens=500)
+    assert kind == "refused" and refusal_error(refusal).code == "tokens_limit_exceeded"
+    book.finish("dead", dead, 5)  # a late finish of an expired lease changes nothing
+    assert book.open_leases() == 1
+
+
+def test_share_of_splits_each_limit_rounding_up():
+    tenant = _tenant(requests_per_minute=5, max_concurrent_requests=1)
+    half = share_of(tenant, 2)
+    assert half.rate_limit.requests_per_minute == 3
+    assert half.rate_limit.max_concurrent_requests == 1
+    assert half.rate_limit.tokens_per_minute is None
+    assert share_of(tenant, 1) is tenant
+    assert has_limits(tenant) and not has_limits(_tenant())
+
+
+@pytest.mark.parametrize("limits", [{}, {"requests_per_minute": 1}])
+def test_refusal_error_round_trips(limits):
+    book, tenant = QuotaBook(Clock()), _tenant(max_concurrent_requests=1, **limits)
+    book.admit("a", tenant)
+    kind, refusal = book.admit("a", tenant)
+    assert kind == "refused"
+    err = refusal_error(refusal)
+    assert err.headers()["Retry-After"] and "in flight" in err.message

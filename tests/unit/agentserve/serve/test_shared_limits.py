@@ -1,0 +1,136 @@
+"""Tenant limits shared by ingress replicas (serve/shared_limits.py): through a keeper
+handle (a fake one here, a Serve deployment in tests/integration/test_ingress_replicas.py)
+the limits hold for all replicas together; with the keeper down each replica applies its
+share alone; unlimited tenants never call the keeper."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from agentserve.api.auth import TenantResolver
+from agentserve.api.errors import RateLimitError
+from agentserve.engine.fake import FakeEngine
+from agentserve.serve import shared_limits
+from agentserve.serve.backend import LocalBackend
+from agentserve.serve.ingress import create_app
+from agentserve.serve.shared_limits import KEEPER_RETRY_S, QuotaKeeper, SharedQuota
+from agentserve.spec import DeploymentSpec, hash_api_key
+
+from tests.reliability.tenants import serve_in_thread
+
+SECRET, OTHER = "sk-limited-0123456789", "sk-unlimited-0123456789"
+URL = "/v1/chat/completions"
+
+
+class FakeKeeperHandle:
+    """Looks like a Serve handle to a QuotaKeeper: `handle.admit.remote(...)` is awaitable."""
+
+    def __init__(self, keeper: QuotaKeeper):
+        self.keeper, self.down, self.calls = keeper, False, []
+
+    def __getattr__(self, method):
+        handle = self
+
+        class _Method:
+            @staticmethod
+            async def remote(*args):
+                handle.calls.append(method)
+                if handle.down:
+                    raise ConnectionError("keeper unreachable")
+                return await getattr(handle.keeper, method)(*args)
+
+        return _Method
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _spec(**limits) -> DeploymentSpec:
+    tenants = [
+        {"name": "alpha", "api_key_sha256": hash_api_key(SECRET), "sla": {}, "rate_limit": limits},
+        {"name": "beta", "api_key_sha256": hash_api_key(OTHER), "sla": {}},
+    ]
+    model = {"name": "m", "engine": "fake", "max_model_len": 64}
+    return DeploymentSpec.model_validate(
+        {"models": [model], "tenants": tenants, "server": {"ingress_replicas": 2}}
+    )
+
+
+def _tenant(spec, key=SECRET):
+    return TenantResolver(spec).resolve(f"Bearer {key}")
+
+
+def test_two_ingress_apps_share_one_concurrency_limit_over_http():
+    spec, handle = _spec(max_concurrent_requests=1), FakeKeeperHandle(QuotaKeeper())
+    apps = []
+    for _ in range(2):
+        engine = FakeEngine("m", 64, token_delay_s=0.1)
+        asyncio.run(engine.start())
+        apps.append(create_app(spec, {"m": LocalBackend(engine)}, quota=SharedQuota(handle, 2)))
+    long = {"model": "m", "messages": [{"role": "user", "content": "w " * 30}], "max_tokens": 31}
+    short = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    auth = {"authorization": f"Bearer {SECRET}"}
+    with serve_in_thread(apps[0]) as a, serve_in_thread(apps[1]) as b:
+        with httpx.Client(trust_env=False) as http:
+            with http.stream("POST", a + URL, json=long | {"stream": True}, headers=auth) as s:
+                lines = s.iter_lines()
+                next(lines)  # alpha's one request is in flight on ingress A
+                refused = http.post(b + URL, json=short, headers=auth)
+                other = http.post(b + URL, json=short, headers={"authorization": f"Bearer {OTHER}"})
+                assert [line for line in lines if line][-1] == "data: [DONE]"
+            for _ in range(50):  # A sends the finish without waiting for it
+                if handle.keeper.book.open_leases() == 0:
+                    break
+                asyncio.run(asyncio.sleep(0.02))
+            after = http.post(b + URL, json=short, headers=auth)
+    assert refused.status_code == 429, "the limit is alpha's, on both ingress replicas"
+    assert refused.json()["error"]["code"] == "concurrency_limit_exceeded"
+    assert refused.headers["retry-after"] == "1"
+    assert other.status_code == 200 and after.status_code == 200
+    assert handle.calls.count("admit") == 3, "beta (no limits) never calls the keeper"
+
+
+def test_keeper_down_applies_this_replicas_share_then_tries_again():
+    spec, clock = _spec(max_concurrent_requests=4), Clock()
+    handle = FakeKeeperHandle(QuotaKeeper())
+    quota = SharedQuota(handle, 2, clock=clock)
+    tenant = _tenant(spec)
+
+    async def run():
+        handle.down = True
+        held = [await quota.admit(tenant), await quota.admit(tenant)]  # 4 / 2 replicas
+        with pytest.raises(RateLimitError):
+            await quota.admit(tenant)
+        assert handle.calls == ["admit"], "down: no call to the keeper until the retry time"
+        handle.down, clock.now = False, KEEPER_RETRY_S
+        shared = await quota.admit(tenant)  # the keeper again, with the whole limit
+        assert handle.calls == ["admit", "admit"]
+        assert handle.keeper.book.open_leases() == 1
+        shared.finish(3)
+        shared.finish(3)  # once only
+        await asyncio.sleep(0.01)
+        assert handle.keeper.book.open_leases() == 0
+        assert handle.calls.count("finish") == 1
+        for lease in held:
+            lease.finish(0)
+
+    asyncio.run(run())
+
+
+def test_replicas_renew_their_leases(monkeypatch):
+    monkeypatch.setattr(shared_limits, "RENEW_S", 0.01)
+    spec, handle = _spec(max_concurrent_requests=4), FakeKeeperHandle(QuotaKeeper())
+    quota = SharedQuota(handle, 2)
+
+    async def run():
+        await quota.admit(_tenant(spec))
+        await asyncio.sleep(0.1)
+
+    asyncio.run(run())
+    assert handle.calls.count("renew") >= 3
