@@ -351,6 +351,14 @@ class ModelSpec(_Spec):
         "engine's queue serves other classes first and, short of KV cache, preempts batch "
         "requests first. Off: first come, first served.",
     )
+    dispatch_order: Literal["deadline", "arrival"] = Field(
+        "deadline",
+        description="Order in which requests waiting at the ingress for a replica slot are "
+        "sent on: deadline = earliest arrival + tenant TTFT objective first, and a "
+        "batch-class request still waiting past its deadline gets 429; arrival = first "
+        "come, first served, none refused (with priority_scheduling off: no class priority "
+        "anywhere, e.g. as a baseline).",
+    )
     stream_interval_ms: float = Field(
         100.0,
         ge=0,

@@ -21,6 +21,7 @@ from agentserve.model_sources import resolve_model
 
 from agentserve_bench import overhead, sampling
 from agentserve_bench.autoscale import bench as autoscale
+from agentserve_bench.autoscale import live_bench as autoscale_live
 from agentserve_bench.report import (
     default_docs,
     finalize,
@@ -103,6 +104,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_run_speculative)
     sampling.add_parser(kinds)
     autoscale.add_parser(kinds)
+    autoscale_live.add_parser(kinds)
     overhead.add_parser(kinds)
 
 

@@ -16,13 +16,12 @@ a cut, duplicated or wrongly continued token counts as lost.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import threading
 import time
 from typing import Any
 
-from agentserve.engine.vllm_engine import VLLMEngine
+from agentserve_bench.engines import OneCoreVLLM
 
 from tests.reliability import serve_harness as h
 from tests.reliability.scenario import Outcome, scenario
@@ -46,23 +45,6 @@ TASKS = (
     "parses query strings", "formats bytes as KB/MB/GB", "rotates a list by k",
     "groups items by a key", "computes the edit distance", "checks balanced brackets",
 )  # fmt: skip
-
-
-class OneCoreVLLM:
-    """Engine factory: a VLLMEngine whose OpenMP threads are bound to one core picked by
-    the replica's rank on its node (two replicas on two cores do not fight over both),
-    with a 1 GiB KV cache."""
-
-    def __call__(self, model: Any) -> Any:
-        from ray import serve
-
-        try:
-            rank = serve.get_replica_context().rank.local_rank
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(rank % (os.cpu_count() or 1))
-        except Exception:  # no rank (older Serve): leave vLLM's default binding
-            pass
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
-        return VLLMEngine(model)
 
 
 def vllm_spec(migrations: int, replicas: dict[str, Any]) -> Any:

@@ -32,7 +32,10 @@ preempts the running request with the largest (priority, arrival): batch decodin
 It does not preempt to free a batch slot (max_num_seqs): a waiting interactive request
 takes the next free one. Default on because the engine cannot follow tenant changes
 (tenants reach only the ingress, agentserve.tenant_config) and with equal priorities the
-policy is first come, first served. Ray-free.
+policy is first come, first served.
+
+models[].dispatch_order "arrival" turns the ingress part off: requests are sent on first
+come, first served (deadline = arrival) and none is shed. Ray-free.
 """
 
 from __future__ import annotations
@@ -170,7 +173,8 @@ class DispatchQueue:
 
 
 class Dispatcher:
-    """Per model: a DispatchQueue and whether its engine schedules by priority."""
+    """Per model: a DispatchQueue, whether its engine schedules by priority and whether
+    the queue orders by deadline (else by arrival, nothing shed)."""
 
     def __init__(self, models: Sequence[ModelSpec], names: Sequence[str], ingresses: int = 1):
         """`ingresses`: ingress replicas sharing the model replicas; each sends its share
@@ -182,6 +186,7 @@ class Dispatcher:
             n: math.ceil(replica_slots(specs[n]) / ingresses) for n in names if n in specs
         }
         self.by_priority = {n: specs[n].priority_scheduling for n in names if n in specs}
+        self.by_arrival = {n for n in names if n in specs and specs[n].dispatch_order == "arrival"}
 
     async def send(
         self, model: str, tenant: Tenant, body: Any, count: int, ready: int | None
@@ -195,6 +200,9 @@ class Dispatcher:
         per = self.per_replica.get(model)
         queue.set_slots(ready * per if ready and per else None)
         objective_s = tenant.sla.ttft_p95_ms / 1000
+        if model in self.by_arrival:  # first come, first served; never shed
+            await queue.acquire(0.0, count)
+            return
         try:
             await queue.acquire(objective_s, count, shed=is_batch(tenant))
         except TimeoutError:

@@ -26,7 +26,7 @@ def test_bench_is_found_without_entry_point_metadata(monkeypatch, capsys):
         cli.main(["bench", "--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    for kind in ("speculative", "sampling", "autoscale", "overhead"):
+    for kind in ("speculative", "sampling", "autoscale", "autoscale-live", "overhead"):
         assert kind in out
 
 

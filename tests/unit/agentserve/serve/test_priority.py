@@ -95,12 +95,12 @@ def test_a_cancelled_waiter_holds_no_slot_and_a_large_head_is_not_overtaken():
 
 
 # -- the ingress, fake engine ---------------------------------------------------------------
-def _spec(bulk_ttft_ms=20000, priority_scheduling=True):
+def _spec(bulk_ttft_ms=20000, priority_scheduling=True, dispatch_order="deadline"):
     return DeploymentSpec.model_validate(
         {
             "models": [
                 {"name": "m", "engine": "fake", "max_model_len": 256, "max_num_seqs": 1,
-                 "priority_scheduling": priority_scheduling},
+                 "priority_scheduling": priority_scheduling, "dispatch_order": dispatch_order},
             ],
             "tenants": [
                 {"name": "chat", "api_key_sha256": hash_api_key(KEYS["chat"]),
@@ -181,6 +181,25 @@ def test_a_batch_request_past_its_objective_gets_429_with_retry_after():
     assert "late" not in [_prompt(r) for r in engine.requests]  # never reached the engine
     ingress = app.state.ingress
     assert ingress.dispatch.queues["m"].sent == 0 and ingress.in_flight["m"] == 0
+
+
+def test_arrival_order_sends_first_come_first_and_sheds_no_batch_request():
+    """dispatch_order arrival (the baseline with priority off): three batch requests fill
+    the two slots and wait, an interactive one arriving later goes after all of them, and
+    the waiting batch request is served although its 200 ms objective passed."""
+
+    async def run():
+        spec = _spec(bulk_ttft_ms=200, priority_scheduling=False, dispatch_order="arrival")
+        engine, app = await _app(spec)
+        batch = [_body(f"b{i}", 16, words=10) for i in range(3)]  # ~0.4 s each
+        calls = [asyncio.ensure_future(_post(app, "bulk", body)) for body in batch]
+        await asyncio.sleep(0.05)
+        calls.append(asyncio.ensure_future(_post(app, "chat", _body("chat"))))
+        return engine, await asyncio.gather(*calls)
+
+    engine, done = asyncio.run(run())
+    assert [c.status for c in done] == [200] * 4
+    assert [_prompt(r) for r in engine.requests] == ["b0", "b1", "b2", "chat"]
 
 
 def test_no_priority_is_set_without_priority_scheduling():
