@@ -88,7 +88,9 @@ def _check_limit_holds(base: str) -> None:
     assert statuses == [200] * CAP + [429] * (8 - CAP), [(r.status, r.error) for r in results]
     refused = [r for r in results if r.status == 429]
     assert {r.error["error"]["code"] for r in refused} == {"concurrency_limit_exceeded"}
-    assert all(r.complete(h.expected(b)) for r, b in zip(results, bodies) if r.status == 200)
+    assert all(
+        r.complete(h.expected(b)) for r, b in zip(results, bodies, strict=True) if r.status == 200
+    )
 
 
 def test_limits_hold_across_ingress_replicas_and_a_killed_one_loses_nothing(base):
@@ -102,7 +104,11 @@ def test_limits_hold_across_ingress_replicas_and_a_killed_one_loses_nothing(base
     killer.start()
     results = asyncio.run(_send(base, FREE, bodies, retries=4))
     killer.join()
-    lost = [i for i, (r, b) in enumerate(zip(results, bodies)) if not r.complete(h.expected(b))]
+    lost = [
+        i
+        for i, (r, b) in enumerate(zip(results, bodies, strict=True))
+        if not r.complete(h.expected(b))
+    ]
     assert lost == [], [(results[i].status, results[i].error) for i in lost[:3]]
     retried = sum(r.attempts > 1 for r in results)
     assert retried >= 1, "the killed ingress replica was serving streams: some were cut"
@@ -110,3 +116,17 @@ def test_limits_hold_across_ingress_replicas_and_a_killed_one_loses_nothing(base
 
     _check_limit_holds(base)  # the keeper outlives an ingress replica
     assert h.wait_for(lambda: len(_ingress_replicas()) == 2, 60) is not None
+
+
+def test_limits_cost_benchmark_measures_through_the_deployed_keeper(base):
+    from agentserve.serve.shared_limits import SharedQuota
+    from agentserve_bench.limits_cost import measure
+    from ray import serve
+
+    keeper = serve.get_deployment_handle(QUOTA_NAME, h.APP)
+    before = _keeper_state()["open"]
+    record = asyncio.run(measure(SharedQuota(keeper, replicas=2), calls=40, concurrency=4))
+    assert record["calls"] == 40 and record["admits_per_s"] > 0
+    assert 0 < record["admit_p50_ms"] <= record["admit_p95_ms"]
+    # every lease was finished (finish is sent without waiting: give it a moment)
+    assert h.wait_for(lambda: _keeper_state()["open"] == before, 10) is not None

@@ -52,7 +52,7 @@ def test_a_silent_owners_leases_are_finished_charging_their_reservation():
     book = QuotaBook(clock)
     tenant = _tenant(max_concurrent_requests=2, tokens_per_minute=1000)
     _, dead = book.admit("dead", tenant, reserve_tokens=300)
-    _, alive = book.admit("alive", tenant, reserve_tokens=300)
+    book.admit("alive", tenant, reserve_tokens=300)
     assert book.admit("alive", tenant)[0] == "refused"  # 2 in flight
     clock.now = LEASE_TTL_S / 2
     book.renew("alive")

@@ -76,19 +76,22 @@ def test_two_ingress_apps_share_one_concurrency_limit_over_http():
     long = {"model": "m", "messages": [{"role": "user", "content": "w " * 30}], "max_tokens": 31}
     short = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     auth = {"authorization": f"Bearer {SECRET}"}
-    with serve_in_thread(apps[0]) as a, serve_in_thread(apps[1]) as b:
-        with httpx.Client(trust_env=False) as http:
-            with http.stream("POST", a + URL, json=long | {"stream": True}, headers=auth) as s:
-                lines = s.iter_lines()
-                next(lines)  # alpha's one request is in flight on ingress A
-                refused = http.post(b + URL, json=short, headers=auth)
-                other = http.post(b + URL, json=short, headers={"authorization": f"Bearer {OTHER}"})
-                assert [line for line in lines if line][-1] == "data: [DONE]"
-            for _ in range(50):  # A sends the finish without waiting for it
-                if handle.keeper.book.open_leases() == 0:
-                    break
-                asyncio.run(asyncio.sleep(0.02))
-            after = http.post(b + URL, json=short, headers=auth)
+    with (
+        serve_in_thread(apps[0]) as a,
+        serve_in_thread(apps[1]) as b,
+        httpx.Client(trust_env=False) as http,
+    ):
+        with http.stream("POST", a + URL, json=long | {"stream": True}, headers=auth) as s:
+            lines = s.iter_lines()
+            next(lines)  # alpha's one request is in flight on ingress A
+            refused = http.post(b + URL, json=short, headers=auth)
+            other = http.post(b + URL, json=short, headers={"authorization": f"Bearer {OTHER}"})
+            assert [line for line in lines if line][-1] == "data: [DONE]"
+        for _ in range(50):  # A sends the finish without waiting for it
+            if handle.keeper.book.open_leases() == 0:
+                break
+            asyncio.run(asyncio.sleep(0.02))
+        after = http.post(b + URL, json=short, headers=auth)
     assert refused.status_code == 429, "the limit is alpha's, on both ingress replicas"
     assert refused.json()["error"]["code"] == "concurrency_limit_exceeded"
     assert refused.headers["retry-after"] == "1"
