@@ -29,7 +29,6 @@ from agentserve.serve.app import build_app, deployment_name
 from agentserve.spec import DeploymentSpec, hash_api_key
 
 from agentserve_bench.autoscale.live_trace import (
-    LiveSession,
     Record,
     generate_live,
     in_burst,
@@ -39,6 +38,7 @@ from agentserve_bench.autoscale.live_trace import (
     replica_seconds,
     scaled_up_and_down,
 )
+from agentserve_bench.autoscale.trace import Session
 from agentserve_bench.overhead_requests import chat_body
 
 __all__ = ["PRESETS", "LiveConfig", "live_spec", "run_live"]
@@ -148,7 +148,7 @@ def engine_factory(engine: str) -> Any:
 
 # -- the client ------------------------------------------------------------------------------
 async def _call(
-    client: httpx.AsyncClient, session: LiveSession, index: int, t0: float, trace_cfg: Any
+    client: httpx.AsyncClient, session: Session, index: int, t0: float, trace_cfg: Any
 ) -> Record:
     call = session.calls[index]
     body = chat_body(MODEL, prompt_text(session.id, index, call.prompt_tokens), call.output_tokens)
@@ -189,7 +189,7 @@ async def _call(
     )
 
 
-async def replay(base: str, sessions: Sequence[LiveSession], trace_cfg: Any) -> list[Record]:
+async def replay(base: str, sessions: Sequence[Session], trace_cfg: Any) -> list[Record]:
     """Every session from its start time: its calls in order, each after the previous one
     finished plus its pause (a closed loop per agent, as agents run)."""
     records: list[Record] = []
@@ -198,7 +198,7 @@ async def replay(base: str, sessions: Sequence[LiveSession], trace_cfg: Any) -> 
     async with httpx.AsyncClient(base_url=base, timeout=timeout, limits=limits) as client:
         t0 = time.perf_counter()
 
-        async def run(session: LiveSession) -> None:
+        async def run(session: Session) -> None:
             await asyncio.sleep(max(0.0, session.start_s - (time.perf_counter() - t0)))
             for i, call in enumerate(session.calls):
                 records.append(await _call(client, session, i, t0, trace_cfg))

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from agentserve_bench.autoscale.trace import TenantClass, Trace, TraceConfig, generate_trace
+from agentserve_bench.autoscale.trace import (
+    Call,
+    Session,
+    TenantClass,
+    Trace,
+    TraceConfig,
+    generate_trace,
+)
 
 __all__ = [
-    "LiveCall",
-    "LiveSession",
     "Record",
     "attained",
     "generate_live",
@@ -34,23 +39,6 @@ _WORDS = (
     "error", "retry", "context", "summary", "user", "request", "table", "value", "list",
     "step", "check", "report", "update", "record", "window", "model", "token", "batch",
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class LiveCall:
-    prompt_tokens: int
-    output_tokens: int
-    pause_s: float
-
-
-@dataclass(frozen=True)
-class LiveSession:
-    """One agent session: calls in order, the next `pause_s` after the last one ends."""
-
-    id: int
-    tenant: str
-    start_s: float
-    calls: tuple[LiveCall, ...]
 
 
 @dataclass(frozen=True)
@@ -91,25 +79,16 @@ def live_trace_config(duration_s: float = 210.0, rate_scale: float = 1.0, seed: 
 
 def live_sessions(
     trace: Trace, max_prompt_tokens: int, max_output_tokens: int
-) -> tuple[LiveSession, ...]:
+) -> tuple[Session, ...]:
     """The trace's sessions with each call's prompt and output capped (the live model's
     context is short; the simulator's sessions grow their context, these do not)."""
-    return tuple(
-        LiveSession(
-            s.id,
-            s.tenant,
-            s.start_s,
-            tuple(
-                LiveCall(
-                    min(c.prompt_tokens, max_prompt_tokens),
-                    min(c.output_tokens, max_output_tokens),
-                    c.pause_s,
-                )
-                for c in s.calls
-            ),
-        )
-        for s in trace.sessions
-    )
+
+    def capped(c: Call) -> Call:
+        prompt = min(c.prompt_tokens, max_prompt_tokens)
+        output = min(c.output_tokens, max_output_tokens)
+        return replace(c, prompt_tokens=prompt, output_tokens=output, new_tokens=prompt)
+
+    return tuple(replace(s, calls=tuple(capped(c) for c in s.calls)) for s in trace.sessions)
 
 
 def generate_live(cfg: TraceConfig, max_prompt_tokens: int, max_output_tokens: int):
