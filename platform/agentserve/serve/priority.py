@@ -60,8 +60,11 @@ __all__ = [
     "DeadlineExceededError",
     "DispatchQueue",
     "Dispatcher",
+    "deadline_s",
     "engine_priority",
+    "is_batch_class",
     "replica_slots",
+    "retry_after_s",
 ]
 
 BATCH_CLASS = "batch"
@@ -76,8 +79,23 @@ def replica_slots(model: ModelSpec) -> int:
     return 2 * model.max_num_seqs
 
 
+def is_batch_class(sla_class: str | None) -> bool:
+    """Whether requests of this SLA class are shed past their deadline (batch only)."""
+    return (sla_class or "").strip().lower() == BATCH_CLASS
+
+
 def is_batch(tenant: Tenant) -> bool:
-    return (tenant.sla_class or "").strip().lower() == BATCH_CLASS
+    return is_batch_class(tenant.sla_class)
+
+
+def deadline_s(arrival_s: float, objective_s: float) -> float:
+    """When a request must be sent on: its arrival plus its tenant's TTFT objective."""
+    return arrival_s + objective_s
+
+
+def retry_after_s(objective_s: float) -> float:
+    """Retry-After of a shed request: its TTFT objective, within [1, MAX_RETRY_AFTER_S]."""
+    return min(MAX_RETRY_AFTER_S, max(1.0, objective_s))
 
 
 def engine_priority(tenant: Tenant) -> int:
@@ -93,7 +111,7 @@ class DeadlineExceededError(RateLimitError):
             f"tenant {tenant!r} (batch class) waited past its time-to-first-token objective "
             f"({objective_s:g} s) for capacity on this model; it was not started, so it would "
             "only have been late: retry later",
-            retry_after_s=min(MAX_RETRY_AFTER_S, max(1.0, objective_s)),
+            retry_after_s=retry_after_s(objective_s),
             code="deadline_exceeded",
         )
 
@@ -128,7 +146,7 @@ class DispatchQueue:
         """Returns once `count` slots are the caller's (release them with `release`).
         Waits in deadline order (now + objective_s); with `shed`, raises TimeoutError
         when the deadline passes first. Raising or cancelled, it holds nothing."""
-        deadline = self.clock() + objective_s
+        deadline = deadline_s(self.clock(), objective_s)
         if self.waiting == 0 and self._fits(count):
             self.sent += count
             return

@@ -21,6 +21,7 @@ __all__ = ["add_parser", "markdown_summary"]
 
 _LABELS = {
     "sla_policy": "**SLA policy** (this)",
+    "sla_policy_fifo": "SLA policy, priority off (FIFO)",
     "ttft_only": "TTFT-only (reactive, no floor, no TPOT)",
     "sla_policy_fixed_k": "SLA policy, fixed {k} drafted tokens (no schedule)",
     "sla_policy_no_spec": "SLA policy, no speculation",
@@ -88,17 +89,19 @@ def _pct(value: float | None) -> str:
 
 def markdown_summary(report: dict[str, Any]) -> str:
     """Table of per-tenant attainment (all requests, outside and inside the burst),
-    replica-seconds and scaling actions per policy, plus the equal-attainment savings."""
+    requests shed, replica-seconds and scaling actions per policy, plus the
+    equal-attainment savings."""
     tenants = list(report["slas"])
     columns = ["policy", "drafting", *tenants, *(f"{t} outside burst" for t in tenants)]
     columns += [f"{t} in burst" for t in tenants]
-    columns += ["replica-seconds", "actions"]
+    columns += ["shed", "replica-seconds", "actions"]
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for name, r in report["policies"].items():
         cells = [_label(name, report["scenario"]), _drafting(name, report["scenario"])]
         cells += [_pct(r["tenants"][t]["attainment"]) for t in tenants]
         cells += [_pct(r["tenants"][t]["attainment_outside_burst"]) for t in tenants]
         cells += [_pct(r["tenants"][t].get("attainment_in_burst")) for t in tenants]
+        cells.append(str(sum(r["tenants"][t].get("shed", 0) for t in tenants)))
         cells += [f"{r['replica_seconds']:,.0f}", str(r["scaling_actions"])]
         lines.append("| " + " | ".join(cells) + " |")
     for m in report["at_equal_attainment"]:

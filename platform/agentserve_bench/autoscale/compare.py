@@ -1,6 +1,9 @@
 """Autoscaler comparison on one seeded trace: our SLA policy vs Ray Serve's default
 (target ongoing requests, swept to its best attainment), a TTFT-only policy, fixed fleets,
 and speculation ablations; per-tenant SLA attainment, replica-seconds, scaling actions.
+Every row shares one ingress: deadline-ordered with batch shed past its deadline (the
+runtime's default, `Scenario.priority`), except the "priority off" ablation (FIFO), which
+runs the SLA policy with first come, first served.
 
     python -m agentserve_bench.autoscale.compare --out docs/benchmarks/autoscale.json \
         --plot docs/benchmarks/autoscale.png
@@ -11,8 +14,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -31,7 +32,8 @@ from agentserve.autoscale.policy import (
 )
 from agentserve.autoscale.standby import fleet_target, visible_snapshot
 
-from agentserve_bench.autoscale.simulate import SimConfig, SimResult, simulate
+from agentserve_bench.autoscale.ray_default import RayDefaultController
+from agentserve_bench.autoscale.simulate import QueueClass, SimConfig, SimResult, simulate
 from agentserve_bench.autoscale.trace import Trace, TraceConfig, generate_trace
 from agentserve_bench.report import default_docs
 
@@ -40,6 +42,8 @@ __all__ += ["burst_window", "fixed_schedule", "policy_spec_for", "saturated_capa
 __all__ += ["sim_config_for", "summarize"]
 
 SLAS = {"interactive": Sla(1500.0, 60.0), "batch": Sla(15_000.0, 150.0)}
+SLA_CLASSES = {"interactive": "interactive", "batch": "batch"}
+"""Each tenant's sla_class: the ingress sheds the batch class past its deadline."""
 RAY_TARGETS = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 
 
@@ -62,54 +66,17 @@ class PolicyController:
         return fleet_target(decision.target_replicas, standby, self.spec.max_replicas)
 
 
-@dataclass
-class RayDefaultController:
-    """Ray Serve's default policy (2.60 `replica_queue_length_autoscaling_policy` with its
-    delay logic): desired = ceil(mean ongoing requests over look_back_period_s /
-    target_ongoing_requests), applied after upscale_delay_s / downscale_delay_s of
-    consistent wanting, in [min, max]; from zero it scales up at once."""
-
-    target_ongoing_requests: float
-    min_replicas: int
-    max_replicas: int
-    upscale_delay_s: float = 30.0
-    downscale_delay_s: float = 600.0
-    look_back_period_s: float = 30.0
-    target: int | None = None
-    since: float | None = None
-    direction: int = 0
-    history: deque = field(default_factory=deque)
-
-    def __call__(self, snap: Snapshot) -> int:
-        now = snap.now_s
-        self.history.append((now, snap.in_flight))
-        while self.history[0][0] < now - self.look_back_period_s:
-            self.history.popleft()
-        current = snap.current_replicas if self.target is None else self.target
-        ongoing = float(np.mean([v for _, v in self.history]))
-        desired = math.ceil(ongoing / self.target_ongoing_requests - 1e-9)
-        desired = min(self.max_replicas, max(self.min_replicas, desired))
-        if current == 0 and snap.in_flight > 0:
-            self.target = max(1, desired)
-            return self.target
-        direction = (desired > current) - (desired < current)
-        if direction != self.direction:
-            self.direction, self.since = direction, now
-        delay = self.upscale_delay_s if direction > 0 else self.downscale_delay_s
-        if direction and self.since is not None and now - self.since >= delay:
-            current, self.since, self.direction = desired, None, 0
-        self.target = current
-        return current
-
-
 def _tenant_report(result: SimResult, slas: dict[str, Sla], burst: tuple[float, float]):
     report = {}
     for name, sla in slas.items():
-        qs = [q for q in result.requests if q.tenant == name and q.finish_s is not None]
+        qs = [q for q in result.requests if q.tenant == name and q.status != "open"]
         ok = [
-            q.ttft_ms <= sla.ttft_ms and (q.tpot_ms is None or q.tpot_ms <= sla.tpot_ms)  # type: ignore[operator]
+            q.status == "served"
+            and q.ttft_ms <= sla.ttft_ms  # type: ignore[operator]
+            and (q.tpot_ms is None or q.tpot_ms <= sla.tpot_ms)
             for q in qs
         ]
+        served = [q for q in qs if q.status == "served"]
         in_burst = [o for q, o in zip(qs, ok, strict=True) if burst[0] <= q.arrival_s < burst[1]]
         report[name] = {
             "requests": len(qs),
@@ -127,15 +94,20 @@ def _tenant_report(result: SimResult, slas: dict[str, Sla], burst: tuple[float, 
                 4,
             ),
             "attainment_in_burst": round(float(np.mean(in_burst)), 4) if in_burst else None,
-            "ttft_p95_ms": round(float(np.percentile([q.ttft_ms for q in qs], 95)), 1),
-            "tpot_p95_ms": round(float(np.percentile([q.tpot_ms for q in qs if q.tpot_ms], 95)), 1),
+            "shed": len(qs) - len(served),
+            "ttft_p95_ms": round(float(np.percentile([q.ttft_ms for q in served], 95)), 1),
+            "tpot_p95_ms": round(
+                float(np.percentile([q.tpot_ms for q in served if q.tpot_ms], 95)), 1
+            ),
         }
     return report
 
 
 def summarize(result: SimResult, slas: dict[str, Sla], burst: tuple[float, float]) -> dict:
     """Per-tenant SLA attainment (overall, outside and inside `burst`, an arrival-time
-    window), p95 TTFT/TPOT, replica-seconds, scaling actions and peak replicas."""
+    window; a shed request counts as a miss, each retry as one more request), requests
+    shed, p95 TTFT/TPOT of the served ones, replica-seconds, scaling actions and peak
+    replicas."""
     tenants = _tenant_report(result, slas, burst)
     return {
         "tenants": tenants,
@@ -162,6 +134,9 @@ class Scenario:
     speculation: Literal["schedule", "fixed"] = "schedule"
     """How every replica drafts: "schedule", the per-batch schedule the deployments fill by
     default (speculation shed at large batches); "fixed", max_drafted at every batch size."""
+    priority: bool = True
+    """The ingress of every row but the FIFO ablation: deadline order, batch shed past its
+    deadline (the runtime's default); False: first come, first served everywhere."""
 
 
 def fixed_schedule(sc: Scenario) -> tuple[tuple[int, int, int], ...]:
@@ -187,13 +162,19 @@ def policy_spec_for(sc: Scenario) -> PolicySpec:
 
 
 def sim_config_for(sc: Scenario) -> SimConfig:
-    """The simulated fleet of the scenario."""
+    """The simulated fleet of the scenario, its ingress knowing each tenant's TTFT
+    objective and SLA class."""
     return SimConfig(
         model=sc.model,
         max_num_seqs=sc.max_num_seqs,
         max_drafted=sc.max_drafted,
         adaptive_speculation=sc.speculation == "schedule",
         replica_start_s=sc.replica_start_s,
+        priority=sc.priority,
+        tenants={
+            name: QueueClass(sla.ttft_ms / 1000, SLA_CLASSES.get(name))
+            for name, sla in SLAS.items()
+        },
     )
 
 
@@ -252,6 +233,11 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
     fixed_k = replace(ours, schedule=fixed_schedule(sc)), replace(sim, adaptive_speculation=False)
     runs: dict[str, tuple[Any, SimConfig]] = {
         "sla_policy": (PolicyController(ours), sim),
+        **(
+            {"sla_policy_fifo": (PolicyController(ours), replace(sim, priority=False))}
+            if sc.priority
+            else {}
+        ),
         "ttft_only": (PolicyController(replace(ours, use_tpot=False, model=None)), sim),
         f"fixed_{sc.max_replicas}": (lambda _s: sc.max_replicas, sim),
         **(

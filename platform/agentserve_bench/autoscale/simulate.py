@@ -2,8 +2,18 @@
 whose step time and acceptance come from a LatencyModel, asking a controller (normally the
 pure policy's `decide`) for the target replica count every `interval_s`.
 
-Semantics: requests wait in one FIFO ingress queue (TTFT counts that wait) and go to the
-ready replica with the fewest sequences below max_num_seqs. A replica runs steps back to
+Semantics: requests wait in one ingress queue (TTFT counts that wait) and go to the ready
+replica with the fewest sequences below max_num_seqs. With `priority` (default, as the
+runtime's dispatch_order "deadline" + priority_scheduling) the queue sends the earliest
+deadline first, deadline = arrival + the tenant's TTFT objective (`tenants`), and a request
+of a batch-class tenant still waiting at its deadline is shed: recorded with status "shed"
+(a request that missed its SLA; no TTFT), and its client retries the call after the
+runtime's Retry-After, at most `shed_retries` times (the SDK's max_retries), each retry a
+new request; a call refused every time is given up and its session goes on (see
+ingress_queue.py). The runtime's two waiting lines (the ingress's deadline queue, then
+vLLM's priority-ordered waiting queue behind max_num_seqs) are one line here, and vLLM's
+KV-cache preemption of batch decoding is not modelled (no KV cache). Without `priority`
+the queue is first come, first served and sheds nothing. A replica runs steps back to
 back while it has work: each step admits dispatched requests (prefilling their uncached
 tokens inside the step, first token at its end) and decodes the rest, each emitting the
 model's tau tokens (expected value, deterministic). Drafted tokens per step follow the
@@ -19,7 +29,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,9 +39,10 @@ from agentserve.autoscale.latency_stat import tpot_ms as tpot_of
 from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_schedule
 from agentserve.autoscale.policy import Snapshot
 
+from agentserve_bench.autoscale.ingress_queue import IngressQueue, QueueClass
 from agentserve_bench.autoscale.trace import Session, Trace
 
-__all__ = ["Controller", "RequestRecord", "SimConfig", "SimResult", "simulate"]
+__all__ = ["Controller", "QueueClass", "RequestRecord", "SimConfig", "SimResult", "simulate"]
 
 Controller = Callable[[Snapshot], int]
 """Snapshot -> target replica count (may keep its own state)."""
@@ -41,7 +52,9 @@ Controller = Callable[[Snapshot], int]
 class SimConfig:
     """Simulated fleet. `max_drafted` 0 = no speculation; `adaptive_speculation` False
     drafts `max_drafted` at every batch size instead of the per-batch schedule;
-    `standby_replicas` keeps that many started, unrouted replicas (standby.py)."""
+    `standby_replicas` keeps that many started, unrouted replicas (standby.py);
+    `priority` orders the ingress queue by deadline and sheds batch past it, with each
+    tenant's objective and class from `tenants` (ingress_queue.py)."""
 
     model: LatencyModel = field(default_factory=LatencyModel)
     max_num_seqs: int = 8
@@ -54,6 +67,9 @@ class SimConfig:
     recent_window_s: float = RECENT_WINDOW_S
     timeline_s: float = 10.0
     standby_replicas: int = 0
+    priority: bool = True
+    tenants: Mapping[str, QueueClass] = field(default_factory=dict)
+    shed_retries: int = 2
 
 
 @dataclass
@@ -66,6 +82,15 @@ class RequestRecord:
     first_token_s: float | None = None
     finish_s: float | None = None
     emitted: float = 0.0
+    shed_s: float | None = None
+    attempt: int = 0
+
+    @property
+    def status(self) -> str:
+        """ "served" (finished), "shed" (refused past its deadline) or "open"."""
+        if self.shed_s is not None:
+            return "shed"
+        return "served" if self.finish_s is not None else "open"
 
     @property
     def ttft_ms(self) -> float | None:
@@ -110,7 +135,8 @@ class _Sim:
         self.seq = itertools.count()
         self.replicas: list[_Replica] = []
         self.ids = itertools.count()
-        self.queue: deque[RequestRecord] = deque()
+        self.queue = IngressQueue(cfg.priority, cfg.tenants)
+        self.settled = 0  # calls served or given up
         self.done: list[RequestRecord] = []
         self.all: list[RequestRecord] = []
         self.arrivals: deque[RequestRecord] = deque()  # within the look-back window
@@ -150,7 +176,7 @@ class _Sim:
         r.draining = True
         if r.ready_s > t or (not r.busy and not r.running and not r.pending):
             r.dead_s = t  # warming, or idle: leaves at once
-            self.queue.extendleft(reversed(r.pending))
+            self.queue.requeue(r.pending)
             r.pending = []
 
     def scale_to(self, target: int, t: float) -> None:
@@ -178,16 +204,36 @@ class _Sim:
                 self.retire(r, t)
 
     # -- requests ----------------------------------------------------------------------
-    def issue(self, session: Session, index: int, t: float) -> None:
+    def issue(self, session: Session, index: int, t: float, attempt: int = 0) -> None:
         call = session.calls[index]
         req = RequestRecord(
             session.tenant, t, call.prompt_tokens, call.new_tokens, call.output_tokens
         )
+        req.attempt = attempt
         self.all.append(req)
         self.arrivals.append(req)
-        self.queue.append(req)
+        self.queue.push(req)
         self.pending_next[id(req)] = (session, index)
+        if self.queue.sheds(req.tenant):
+            self.push(self.queue.deadline_s(req), "deadline", req)
         self.dispatch(t)
+
+    def deadline(self, req: RequestRecord, t: float) -> None:
+        """A batch request's deadline: shed it if it still waits (serve/priority.py)."""
+        if not self.queue.remove(req):
+            return
+        req.shed_s = t
+        session, index = self.pending_next.pop(id(req))
+        if req.attempt < self.cfg.shed_retries:
+            retry_at = t + self.queue.retry_after_s(req.tenant)
+            self.push(retry_at, "retry", (session, index, req.attempt + 1))
+        else:  # given up: the session goes on without this call
+            self.next_call(session, index, t)
+
+    def next_call(self, session: Session, index: int, t: float) -> None:
+        self.settled += 1
+        if index + 1 < len(session.calls):
+            self.push(t + session.calls[index].pause_s, "call", (session, index + 1))
 
     def dispatch(self, t: float) -> None:
         ready = [r for r in self.live() if r.ready_s <= t]
@@ -195,7 +241,7 @@ class _Sim:
             r = min(ready, key=lambda r: (r.load(), r.id))
             if r.load() >= self.cfg.max_num_seqs:
                 return
-            r.pending.append(self.queue.popleft())
+            r.pending.append(self.queue.pop())
             if not r.busy:
                 self.start_step(r, t)
 
@@ -220,9 +266,7 @@ class _Sim:
         for q in finished:
             q.finish_s = t
             self.done.append(q)
-            session, index = self.pending_next.pop(id(q))
-            if index + 1 < len(session.calls):
-                self.push(t + session.calls[index].pause_s, "call", (session, index + 1))
+            self.next_call(*self.pending_next.pop(id(q)), t)
         r.busy = False
         if r.draining and not r.running and not r.pending:
             r.dead_s = t
@@ -243,6 +287,8 @@ class _Sim:
             if q.tpot_ms is not None:
                 tpot.setdefault(q.tenant, []).append(q.tpot_ms)
         for q in self.all[-2000:]:  # recent requests: first tokens in the window, or waiting
+            if q.shed_s is not None:
+                continue  # refused: no first token, not waiting (the runtime records none)
             if q.first_token_s is None:
                 ttft.setdefault(q.tenant, []).append(1000 * (t - q.arrival_s))
             elif q.first_token_s >= horizon:
@@ -290,13 +336,18 @@ class _Sim:
             t, _, kind, payload = heapq.heappop(self.events)
             if kind == "call":
                 self.issue(*payload, t)  # type: ignore[misc]
+            elif kind == "retry":
+                session, index, attempt = payload  # type: ignore[misc]
+                self.issue(session, index, t, attempt)
+            elif kind == "deadline":
+                self.deadline(payload, t)  # type: ignore[arg-type]
             elif kind == "step":
                 self.end_step(t, *payload)  # type: ignore[misc]
             elif kind == "ready":
                 self.dispatch(t)
             elif kind == "tick":
                 self.tick(t)
-                if len(self.done) < total:
+                if self.settled < total:
                     self.push(t + self.cfg.interval_s, "tick")
         end = max(t, self.trace.config.duration_s)
         seconds = sum((r.dead_s if r.dead_s is not None else end) - r.born_s for r in self.replicas)

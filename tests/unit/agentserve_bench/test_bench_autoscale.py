@@ -34,6 +34,7 @@ def test_bench_autoscale_writes_json_plot_and_docs_section(tmp_path, capsys):
     assert "| **SLA policy** (this) |" in doc and "Ray default, target_ongoing 1" in doc
     assert "| **SLA policy** (this) |" in capsys.readouterr().out
     assert "standby (routed: what Ray Serve can do) |" in doc and "interactive in burst" in doc
+    assert "| SLA policy, priority off (FIFO) | by batch |" in doc and "| shed |" in doc
 
 
 def test_summary_states_savings_and_costs():
@@ -63,7 +64,8 @@ def test_summary_states_savings_and_costs():
         ],
     }
     text = markdown_summary(report)
-    assert "| Ray default, target_ongoing 2 | by batch | 99.00% | 100.00% | - | 1,000 | 3 |" in text
+    row = "| Ray default, target_ongoing 2 | by batch | 99.00% | 100.00% | - | 0 | 1,000 | 3 |"
+    assert row in text
     assert "| SLA policy, fixed 7 drafted tokens (no schedule) | fixed 7 | 99.00%" in text
     assert "| SLA policy, no speculation | none | 99.00%" in text
     fixed_fleet = markdown_summary(
