@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 from agentserve.autoscale.latency_stat import tpot_ms
 from agentserve.engine.fake import FakeEngineFactory
-from agentserve.serve.app import build_app, deployment_name
+from agentserve.serve.names import deployment_name
 from agentserve.spec import DeploymentSpec, hash_api_key
 
 from agentserve_bench.autoscale.live_trace import (
@@ -298,6 +298,7 @@ def local_serve(port: int) -> Iterator[str]:
 
 def run_phase(cfg: LiveConfig, phase: str, factory: Any, base: str, sessions, trace_cfg) -> dict:
     """Deploy from 1 replica, replay the trace, wait for 1 replica again, delete."""
+    from agentserve.serve.app import build_app  # imports Ray
     from ray import serve
 
     logged = len(policy_log_lines())
