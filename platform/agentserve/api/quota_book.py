@@ -6,7 +6,8 @@ tenant limited to 3 requests in flight gets 3 in all, not 3 per ingress. An ingr
 dies cannot finish its leases: every owner renews itself at least every RENEW_S
 (`renew`, or any admit/finish), and the leases of an owner not heard from for LEASE_TTL_S
 are finished by the book, charging their whole reservation (the tokens may have been
-spent). Pure: the clock is injected, there is no Ray here.
+spent), and so is any lease older than the longest request (an answer its owner never
+got). Pure: the clock is injected, there is no Ray here.
 
 Answers are plain data (they cross a Ray call): `admit` returns ("lease", lease id) or
 ("refused", (message, retry_after_s, code)); `refusal_error` turns the latter back into
@@ -37,6 +38,7 @@ __all__ = [
 
 RENEW_S = 2.0  # an ingress renews its leases at least this often
 LEASE_TTL_S = 10.0  # leases of an owner silent this long are finished by the book
+DEFAULT_MAX_AGE_S = 360.0  # server.request_timeout_s' default (300 s) and a margin
 
 Admission = tuple[str, object]  # ("lease", id) | ("refused", (message, retry_after_s, code))
 
@@ -67,10 +69,19 @@ def refusal_error(refusal: object) -> RateLimitError:
 class QuotaBook:
     """Leases of many owners (ingress replicas) against one RateLimiter."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, ttl_s: float = LEASE_TTL_S):
-        self._clock, self._ttl_s = clock, ttl_s
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        ttl_s: float = LEASE_TTL_S,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+    ):
+        """`max_age_s`: a lease older than this is finished by the book even if its
+        owner is alive (an answer its owner never received, e.g. a call that timed out:
+        no request lives longer than server.request_timeout_s)."""
+        self._clock, self._ttl_s, self._max_age_s = clock, ttl_s, max_age_s
         self.limiter = RateLimiter(clock)
         self._leases: dict[str, tuple[str, Lease]] = {}  # lease id -> (owner, lease)
+        self._opened: dict[str, float] = {}  # lease id -> when it was admitted
         self._heard: dict[str, float] = {}  # owner -> last time it called
         self._ids = itertools.count()
         self.expired = 0  # leases finished for owners that went silent
@@ -83,12 +94,14 @@ class QuotaBook:
             return "refused", (err.message, err.retry_after_s, err.code)
         lease_id = f"{owner}/{next(self._ids)}"
         self._leases[lease_id] = (owner, lease)
+        self._opened[lease_id] = self._clock()
         return "lease", lease_id
 
     def finish(self, owner: str, lease_id: str, tokens: int) -> None:
         """Finish one lease, charging `tokens`; an unknown (expired) lease is ignored."""
         self.renew(owner)
         entry = self._leases.pop(lease_id, None)
+        self._opened.pop(lease_id, None)
         if entry is not None:
             entry[1].finish(tokens)
 
@@ -97,11 +110,10 @@ class QuotaBook:
         now = self._clock()
         self._heard[owner] = now
         silent = {o for o, at in self._heard.items() if now - at > self._ttl_s}
-        if not silent:
-            return
+        too_old = now - self._max_age_s
         for lease_id, (who, lease) in list(self._leases.items()):
-            if who in silent:
-                del self._leases[lease_id]
+            if who in silent or self._opened[lease_id] < too_old:
+                del self._leases[lease_id], self._opened[lease_id]
                 lease.finish(lease.reserved)
                 self.expired += 1
         for who in silent:

@@ -292,7 +292,8 @@ def build_app(
         ingress = ingress.options(user_config=ingress_user_config(spec))
     quota = None
     if ingress_replicas(spec) > 1:  # tenant limits shared by the ingress replicas
-        quota = serve.deployment(QuotaKeeper).options(**quota_options()).bind()
+        max_age_s = spec.server.request_timeout_s + 60  # no request lives longer
+        quota = serve.deployment(QuotaKeeper).options(**quota_options()).bind(max_age_s)
     bare = spec.model_copy(update={"tenants": []})
     return ingress.bind(bare, models, tenants_apart=apart, quota=quota)
 

@@ -4,6 +4,9 @@ With `server.ingress_replicas` > 1 the app runs one QuotaKeeper deployment (one 
 no CPU) holding the api/quota_book.QuotaBook, and every ingress replica admits the
 requests of rate-limited tenants through it (SharedQuota): one Serve call at admission,
 one fire-and-forget call when the request ends, one renewal per ingress every RENEW_S.
+Calls are batched (group commit): what arrives while a call is in flight goes in the
+next one, so 16 requests at once cost about two calls, not 16. A lease granted to a
+request that went away while it waited is given back.
 Tenants without limits never call it. With one ingress replica the limits stay in its
 memory (LocalQuota) and cost nothing.
 
@@ -30,6 +33,7 @@ from typing import Any
 from agentserve.api.auth import Tenant
 from agentserve.api.quota import Lease, RateLimiter
 from agentserve.api.quota_book import (
+    DEFAULT_MAX_AGE_S,
     RENEW_S,
     Admission,
     QuotaBook,
@@ -54,19 +58,25 @@ class LocalQuota:
     async def admit(self, tenant: Tenant, reserve_tokens: int = 0) -> Lease:
         return self.limiter.admit(tenant, reserve_tokens)
 
+    async def drain(self) -> None:
+        """Nothing is ever pending here (SharedQuota.drain's counterpart)."""
+
 
 class QuotaKeeper:
     """The Serve deployment holding the one QuotaBook (async methods: one at a time on
     its event loop, no locks needed)."""
 
-    def __init__(self) -> None:
-        self.book = QuotaBook()
+    def __init__(self, max_age_s: float = DEFAULT_MAX_AGE_S) -> None:
+        self.book = QuotaBook(max_age_s=max_age_s)
 
-    async def admit(self, owner: str, tenant: Tenant, reserve_tokens: int) -> Admission:
-        return self.book.admit(owner, tenant, reserve_tokens)
+    async def admit(self, owner: str, requests: list[tuple[Tenant, int]]) -> list[Admission]:
+        """Admit each (tenant, reserve_tokens) in order: one answer per request."""
+        return [self.book.admit(owner, tenant, reserve) for tenant, reserve in requests]
 
-    async def finish(self, owner: str, lease_id: str, tokens: int) -> None:
-        self.book.finish(owner, lease_id, tokens)
+    async def finish(self, owner: str, leases: list[tuple[str, int]]) -> None:
+        """Finish each (lease id, tokens used)."""
+        for lease_id, tokens in leases:
+            self.book.finish(owner, lease_id, tokens)
 
     async def renew(self, owner: str) -> int:
         """Renew `owner`; the number of its open leases (for tests and logs)."""
@@ -89,7 +99,47 @@ class _SharedLease:
     def finish(self, tokens: int) -> None:
         if self._open:
             self._open = False
-            self._quota.send("finish", self.lease_id, tokens)
+            self._quota.finishes.submit((self.lease_id, tokens))
+
+
+class _Batches:
+    """Group commit: items submitted while a keeper call is in flight go together in the
+    next call, so N requests at once cost about two calls, not N. `submit` returns a
+    future of the item's answer (`send(batch)` returns one answer per item, or None)."""
+
+    def __init__(self, send: Callable[[list[Any]], Any], lost: Callable[[Any], None] | None = None):
+        """`lost(answer)`: the answer of an item whose caller stopped waiting."""
+        self._send, self._lost, self._waiting = send, lost, []
+        self._sender: asyncio.Task | None = None
+
+    def submit(self, item: Any) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.ensure_future(self._drain())
+        return future
+
+    async def drain(self) -> None:
+        """Wait until every item submitted so far was sent."""
+        while self._sender is not None and not self._sender.done():
+            await asyncio.shield(self._sender)
+
+    async def _drain(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                answers = await self._send([item for item, _ in batch])
+            except Exception as err:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(err)
+                continue
+            for i, (_, future) in enumerate(batch):
+                answer = None if answers is None else answers[i]
+                if not future.done():
+                    future.set_result(answer)
+                elif future.cancelled() and self._lost is not None:
+                    self._lost(answer)
 
 
 class SharedQuota:
@@ -106,8 +156,11 @@ class SharedQuota:
         self.owner = owner or uuid.uuid4().hex[:12]
         self.local = RateLimiter(clock)  # unlimited tenants, and the fallback
         self._keeper_down_until = float("-inf")
-        self._tasks: set[asyncio.Task] = set()
         self._renewing: asyncio.Task | None = None
+        self.admits = _Batches(
+            lambda batch: self._call("admit", self.owner, batch), lost=self._unwanted
+        )
+        self.finishes = _Batches(self._finish)
 
     async def admit(self, tenant: Tenant, reserve_tokens: int = 0) -> Lease | _SharedLease:
         if not has_limits(tenant):
@@ -116,7 +169,7 @@ class SharedQuota:
             self._renewing = asyncio.ensure_future(self._renew_forever())
         if self.clock() >= self._keeper_down_until:
             try:
-                kind, value = await self._call("admit", self.owner, tenant, reserve_tokens)
+                kind, value = await self.admits.submit((tenant, reserve_tokens))
             except Exception as err:  # the keeper restarting or unreachable
                 self._keeper_down(err)
             else:
@@ -125,11 +178,20 @@ class SharedQuota:
                 return _SharedLease(self, str(value), reserve_tokens)
         return self.local.admit(share_of(tenant, self.replicas), reserve_tokens)
 
-    def send(self, method: str, *args: Any) -> None:
-        """Call the keeper without waiting (a failure is logged)."""
-        task = asyncio.ensure_future(self._quiet(method, *args))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def drain(self) -> None:
+        """Wait until the admissions and finishes submitted so far were sent (before
+        this process's loop ends: the finishes are not awaited by anyone)."""
+        await self.admits.drain()
+        await self.finishes.drain()
+
+    def _unwanted(self, answer: Admission) -> None:
+        """A lease granted to a request that went away while it waited: give it back."""
+        kind, value = answer
+        if kind == "lease":
+            self.finishes.submit((str(value), 0))
+
+    async def _finish(self, batch: list[tuple[str, int]]) -> None:
+        await self._quiet("finish", batch)  # nobody waits for it: failures are logged
 
     async def _call(self, method: str, *args: Any) -> Any:
         async def call() -> Any:

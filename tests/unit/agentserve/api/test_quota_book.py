@@ -86,3 +86,18 @@ def test_refusal_error_round_trips(limits):
     assert kind == "refused"
     err = refusal_error(refusal)
     assert err.headers()["Retry-After"] and "in flight" in err.message
+
+
+def test_a_lease_older_than_the_longest_request_is_finished_though_its_owner_lives():
+    clock = Clock()
+    book = QuotaBook(clock, max_age_s=100)
+    tenant = _tenant(max_concurrent_requests=1)
+    assert book.admit("a", tenant)[0] == "lease"  # its answer never reached the ingress
+    for t in (30, 60, 90):
+        clock.now = t
+        book.renew("a")  # the owner keeps renewing
+        assert book.admit("a", tenant)[0] == "refused"
+    clock.now = 101
+    book.renew("a")
+    assert book.open_leases() == 0 and book.expired == 1
+    assert book.admit("a", tenant)[0] == "lease"

@@ -137,3 +137,45 @@ def test_replicas_renew_their_leases(monkeypatch):
 
     asyncio.run(run())
     assert handle.calls.count("renew") >= 3
+
+
+class SlowKeeperHandle(FakeKeeperHandle):
+    """Each call takes 20 ms, as a Serve call does; records every call's batch size."""
+
+    def __init__(self, keeper):
+        super().__init__(keeper)
+        self.sizes = []
+
+    def __getattr__(self, method):
+        inner = super().__getattr__(method)
+        handle = self
+
+        class _Method:
+            @staticmethod
+            async def remote(owner, *args):
+                await asyncio.sleep(0.02)
+                handle.sizes.append((method, len(args[0]) if args else 0))
+                return await inner.remote(owner, *args)
+
+        return _Method
+
+
+def test_admissions_at_once_share_keeper_calls_and_a_lost_waiters_lease_is_returned():
+    handle = SlowKeeperHandle(QuotaKeeper())
+    quota, tenant = SharedQuota(handle, 2), _tenant(_spec(max_concurrent_requests=100))
+
+    async def run():
+        leases = await asyncio.gather(*(quota.admit(tenant) for _ in range(16)))
+        admits = [n for m, n in handle.sizes if m == "admit"]
+        assert sum(admits) == 16 and len(admits) <= 2, admits  # group commit
+        for lease in leases:
+            lease.finish(1)
+        waiter = asyncio.ensure_future(quota.admit(tenant))
+        await asyncio.sleep(0.005)  # its admit call is in flight
+        waiter.cancel()  # the client went away
+        await asyncio.sleep(0.1)
+        assert handle.keeper.book.open_leases() == 0, "the unwanted lease was given back"
+        finishes = [n for m, n in handle.sizes if m == "finish"]
+        assert sum(finishes) == 17 and len(finishes) <= 4, finishes
+
+    asyncio.run(run())
