@@ -194,10 +194,10 @@ class SharedQuota:
         await self._quiet("finish", batch)  # nobody waits for it: failures are logged
 
     async def _call(self, method: str, *args: Any) -> Any:
-        async def call() -> Any:
+        # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+        # races the call's end, and the renewal loop then never stops
+        async with asyncio.timeout(CALL_TIMEOUT_S):
             return await getattr(self.keeper, method).remote(*args)
-
-        return await asyncio.wait_for(call(), CALL_TIMEOUT_S)
 
     async def _quiet(self, method: str, *args: Any) -> None:
         try:
