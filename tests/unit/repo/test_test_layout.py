@@ -37,3 +37,15 @@ def test_the_check_sees_the_layout_that_broke_ci(tmp_path):
     (tmp_path / "agentserve").mkdir()
     (tmp_path / "test_x.py").write_text("")
     assert _on_sys_path(tmp_path) and (tmp_path / "agentserve").is_dir()
+
+
+def test_test_modules_outside_packages_have_unique_basenames():
+    """Outside a package, pytest imports a test module by its basename: two files with
+    one name (tests/integration/test_x.py and tests/unit/y/test_x.py) fail collection
+    with "import file mismatch" (CI failed this way once)."""
+    seen: dict[str, list[str]] = {}
+    for path in TESTS.rglob("test_*.py"):
+        if not (path.parent / "__init__.py").exists():
+            seen.setdefault(path.name, []).append(str(path.relative_to(TESTS.parent)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert clashes == {}, f"rename one of each: {clashes}"
