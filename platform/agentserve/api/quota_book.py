@@ -7,7 +7,9 @@ dies cannot finish its leases: every owner renews itself at least every RENEW_S
 (`renew`, or any admit/finish), and the leases of an owner not heard from for LEASE_TTL_S
 are finished by the book, charging their whole reservation (the tokens may have been
 spent), and so is any lease older than the longest request (an answer its owner never
-got). Pure: the clock is injected, there is no Ray here.
+got). An owner may name its leases: finishing a lease the book does not hold (yet) withdraws
+that name, so an admission the owner gave up on (its call timed out) and finished before it
+arrived opens nothing when it does. Pure: the clock is injected, there is no Ray here.
 
 Answers are plain data (they cross a Ray call): `admit` returns ("lease", lease id) or
 ("refused", (message, retry_after_s, code)); `refusal_error` turns the latter back into
@@ -40,7 +42,8 @@ RENEW_S = 2.0  # an ingress renews its leases at least this often
 LEASE_TTL_S = 10.0  # leases of an owner silent this long are finished by the book
 DEFAULT_MAX_AGE_S = 360.0  # server.request_timeout_s' default (300 s) and a margin
 
-Admission = tuple[str, object]  # ("lease", id) | ("refused", (message, retry_after_s, code))
+# ("lease", id) | ("refused", (message, retry_after_s, code)) | ("withdrawn", id)
+Admission = tuple[str, object]
 
 
 def has_limits(tenant: Tenant) -> bool:
@@ -83,27 +86,37 @@ class QuotaBook:
         self._leases: dict[str, tuple[str, Lease]] = {}  # lease id -> (owner, lease)
         self._opened: dict[str, float] = {}  # lease id -> when it was admitted
         self._heard: dict[str, float] = {}  # owner -> last time it called
+        self._withdrawn: dict[str, float] = {}  # lease id finished before admitted -> when
         self._ids = itertools.count()
         self.expired = 0  # leases finished for owners that went silent
 
-    def admit(self, owner: str, tenant: Tenant, reserve_tokens: int = 0) -> Admission:
+    def admit(
+        self, owner: str, tenant: Tenant, reserve_tokens: int = 0, lease_id: str | None = None
+    ) -> Admission:
+        """("lease", id) or ("refused", ...); ("withdrawn", id) when `lease_id` was finished
+        before this admission arrived."""
         self.renew(owner)
+        if lease_id is not None and self._withdrawn.pop(lease_id, None) is not None:
+            return "withdrawn", lease_id
         try:
             lease = self.limiter.admit(tenant, reserve_tokens)
         except RateLimitError as err:
             return "refused", (err.message, err.retry_after_s, err.code)
-        lease_id = f"{owner}/{next(self._ids)}"
+        lease_id = lease_id or f"{owner}/{next(self._ids)}"
         self._leases[lease_id] = (owner, lease)
         self._opened[lease_id] = self._clock()
         return "lease", lease_id
 
     def finish(self, owner: str, lease_id: str, tokens: int) -> None:
-        """Finish one lease, charging `tokens`; an unknown (expired) lease is ignored."""
+        """Finish one lease, charging `tokens`. An unknown lease (expired, or not admitted
+        yet) is withdrawn: an admission under its id that arrives later opens nothing."""
         self.renew(owner)
         entry = self._leases.pop(lease_id, None)
         self._opened.pop(lease_id, None)
         if entry is not None:
             entry[1].finish(tokens)
+        else:
+            self._withdrawn[lease_id] = self._clock()
 
     def renew(self, owner: str) -> None:
         """`owner` is alive; finish the leases of owners silent for the TTL."""
@@ -118,6 +131,9 @@ class QuotaBook:
                 self.expired += 1
         for who in silent:
             del self._heard[who]
+        for lease_id, at in list(self._withdrawn.items()):
+            if at < too_old:  # no admission is that late
+                del self._withdrawn[lease_id]
 
     def owners(self) -> list[str]:
         """The owners heard from within the TTL."""

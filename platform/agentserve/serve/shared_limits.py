@@ -6,7 +6,9 @@ requests of rate-limited tenants through it (SharedQuota): one Serve call at adm
 one fire-and-forget call when the request ends, one renewal per ingress every RENEW_S.
 Calls are batched (group commit): what arrives while a call is in flight goes in the
 next one, so 16 requests at once cost about two calls, not 16. A lease granted to a
-request that went away while it waited is given back.
+request that went away while it waited is given back, and so is one granted by a call
+that timed out here but reached the keeper (the ingress names its leases and withdraws
+the names of a failed call: api/quota_book.py).
 Tenants without limits never call it. With one ingress replica the limits stay in its
 memory (LocalQuota) and cost nothing.
 
@@ -24,6 +26,7 @@ handle whose methods return awaitables from `.remote(...)`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
@@ -69,9 +72,11 @@ class QuotaKeeper:
     def __init__(self, max_age_s: float = DEFAULT_MAX_AGE_S) -> None:
         self.book = QuotaBook(max_age_s=max_age_s)
 
-    async def admit(self, owner: str, requests: list[tuple[Tenant, int]]) -> list[Admission]:
-        """Admit each (tenant, reserve_tokens) in order: one answer per request."""
-        return [self.book.admit(owner, tenant, reserve) for tenant, reserve in requests]
+    async def admit(
+        self, owner: str, requests: list[tuple[Tenant, int, str]]
+    ) -> list[Admission]:
+        """Admit each (tenant, reserve_tokens, lease id) in order: one answer per request."""
+        return [self.book.admit(owner, t, reserve, lease_id) for t, reserve, lease_id in requests]
 
     async def finish(self, owner: str, leases: list[tuple[str, int]]) -> None:
         """Finish each (lease id, tokens used)."""
@@ -157,9 +162,8 @@ class SharedQuota:
         self.local = RateLimiter(clock)  # unlimited tenants, and the fallback
         self._keeper_down_until = float("-inf")
         self._renewing: asyncio.Task | None = None
-        self.admits = _Batches(
-            lambda batch: self._call("admit", self.owner, batch), lost=self._unwanted
-        )
+        self._lease_ids = itertools.count()
+        self.admits = _Batches(self._admit, lost=self._unwanted)
         self.finishes = _Batches(self._finish)
 
     async def admit(self, tenant: Tenant, reserve_tokens: int = 0) -> Lease | _SharedLease:
@@ -169,7 +173,8 @@ class SharedQuota:
             self._renewing = asyncio.ensure_future(self._renew_forever())
         if self.clock() >= self._keeper_down_until:
             try:
-                kind, value = await self.admits.submit((tenant, reserve_tokens))
+                lease_id = f"{self.owner}/{next(self._lease_ids)}"
+                kind, value = await self.admits.submit((tenant, reserve_tokens, lease_id))
             except Exception as err:  # the keeper restarting or unreachable
                 self._keeper_down(err)
             else:
@@ -183,6 +188,15 @@ class SharedQuota:
         this process's loop ends: the finishes are not awaited by anyone)."""
         await self.admits.drain()
         await self.finishes.drain()
+
+    async def _admit(self, batch: list[tuple[Tenant, int, str]]) -> list[Admission]:
+        try:
+            return await self._call("admit", self.owner, batch)
+        except Exception:
+            # it may have reached the keeper all the same: withdraw every lease it asked for
+            for _, _, lease_id in batch:
+                self.finishes.submit((lease_id, 0))
+            raise
 
     def _unwanted(self, answer: Admission) -> None:
         """A lease granted to a request that went away while it waited: give it back."""

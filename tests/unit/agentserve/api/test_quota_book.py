@@ -101,3 +101,17 @@ def test_a_lease_older_than_the_longest_request_is_finished_though_its_owner_liv
     book.renew("a")
     assert book.open_leases() == 0 and book.expired == 1
     assert book.admit("a", tenant)[0] == "lease"
+
+
+def test_a_lease_finished_before_its_admission_arrives_is_never_opened():
+    clock = Clock()
+    book, tenant = QuotaBook(clock, max_age_s=100), _tenant(max_concurrent_requests=1)
+    book.finish("a", "a/7", 0)  # the owner gave up on its admit call and withdrew it
+    assert book.admit("a", tenant, lease_id="a/7") == ("withdrawn", "a/7")
+    assert book.open_leases() == 0
+    assert book.admit("a", tenant, lease_id="a/8") == ("lease", "a/8")  # the slot is free
+    book.finish("a", "a/8", 0)
+    book.finish("a", "a/9", 0)
+    clock.now = 101
+    book.renew("a")  # a withdrawal is forgotten once no admission can be that late
+    assert book.admit("a", tenant, lease_id="a/9") == ("lease", "a/9")

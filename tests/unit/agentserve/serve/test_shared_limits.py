@@ -110,16 +110,18 @@ def test_keeper_down_applies_this_replicas_share_then_tries_again():
         held = [await quota.admit(tenant), await quota.admit(tenant)]  # 4 / 2 replicas
         with pytest.raises(RateLimitError):
             await quota.admit(tenant)
-        assert handle.calls == ["admit"], "down: no call to the keeper until the retry time"
+        # down: one admit call (and the withdrawal of what it asked for), then none until
+        # the retry time
+        assert handle.calls == ["admit", "finish"]
         handle.down, clock.now = False, KEEPER_RETRY_S
         shared = await quota.admit(tenant)  # the keeper again, with the whole limit
-        assert handle.calls == ["admit", "admit"]
+        assert handle.calls == ["admit", "finish", "admit"]
         assert handle.keeper.book.open_leases() == 1
         shared.finish(3)
         shared.finish(3)  # once only
         await asyncio.sleep(0.01)
         assert handle.keeper.book.open_leases() == 0
-        assert handle.calls.count("finish") == 1
+        assert handle.calls.count("finish") == 2  # the withdrawal and this one
         for lease in held:
             lease.finish(0)
 
@@ -177,5 +179,43 @@ def test_admissions_at_once_share_keeper_calls_and_a_lost_waiters_lease_is_retur
         assert handle.keeper.book.open_leases() == 0, "the unwanted lease was given back"
         finishes = [n for m, n in handle.sizes if m == "finish"]
         assert sum(finishes) == 17 and len(finishes) <= 4, finishes
+
+    asyncio.run(run())
+
+
+class TimingOutKeeperHandle(FakeKeeperHandle):
+    """The keeper grants the admission but its answer comes after the ingress gave up."""
+
+    def __init__(self, keeper):
+        super().__init__(keeper)
+        self.granted = []
+
+    def __getattr__(self, method):
+        inner, handle = super().__getattr__(method), self
+
+        class _Method:
+            @staticmethod
+            async def remote(*args):
+                answer = await inner.remote(*args)
+                if method == "admit":
+                    handle.granted += [a for a in answer if a[0] == "lease"]
+                    await asyncio.sleep(1)  # past CALL_TIMEOUT_S
+                return answer
+
+        return _Method
+
+
+def test_an_admission_that_timed_out_here_but_reached_the_keeper_is_withdrawn(monkeypatch):
+    monkeypatch.setattr(shared_limits, "CALL_TIMEOUT_S", 0.05)
+    handle = TimingOutKeeperHandle(QuotaKeeper())
+    quota, tenant = SharedQuota(handle, 2), _tenant(_spec(max_concurrent_requests=2))
+
+    async def run():
+        lease = await quota.admit(tenant)  # timed out: this replica's share, alone
+        await quota.drain()
+        assert len(handle.granted) == 1, "the keeper granted it all the same"
+        assert handle.calls == ["admit", "finish"]
+        assert handle.keeper.book.open_leases() == 0, "withdrawn: the tenant's slot is free"
+        lease.finish(0)
 
     asyncio.run(run())
