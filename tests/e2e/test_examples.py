@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from example_runner import run_example
-from phoenix_api import ancestry, phoenix_spans
+from phoenix_api import ancestry, decode_chains, has_decode_chain, phoenix_spans
 from tool_binaries import find_binary
 from trace_ui import api_paths, render, rendered_paths, trace_url
 from up_server import free_port
@@ -101,11 +101,7 @@ def test_02_multi_agent_one_trace_in_phoenix(platform):
         "prefill",
         "decode",
     }
-    spans = phoenix_spans(phoenix, trace_id, want)
-    by_id = {s["context"]["span_id"]: s for s in spans}
-    assert {s["context"]["trace_id"] for s in spans} == {trace_id}
-    chains = [ancestry(s, by_id) for s in spans if s["name"] == "decode"]
-    full = [
+    full = [  # a decode step of the researcher's model call, up to the root
         "replica",
         "ingress",
         f"chat {MODEL}",
@@ -114,7 +110,12 @@ def test_02_multi_agent_one_trace_in_phoenix(platform):
         "invoke_agent coordinator",
         "multi-agent task",
     ]
-    assert full in chains, chains  # a decode step of the researcher's model call
+    # Waits for the whole chain: the replica's spans may reach Phoenix before the
+    # ingress's and the agent's batches that hold their parents.
+    spans = phoenix_spans(phoenix, trace_id, want, timeout_s=120, until=has_decode_chain(full))
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    assert {s["context"]["trace_id"] for s in spans} == {trace_id}
+    assert full in decode_chains(spans)
     search = next(s for s in spans if s["name"] == "execute_tool search_files")
     assert ancestry(search, by_id)[:2] == ["invoke_agent researcher", "execute_tool research"]
     lengths = [

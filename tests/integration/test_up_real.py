@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 
 import httpx
 import openai
@@ -22,7 +21,7 @@ from agentserve.drafters import default_speculation, shipped_drafter
 from agentserve.metrics_snapshot import parse_metrics
 from agentserve.model_sources import BUNDLED_MODEL
 from example_runner import run_example
-from phoenix_api import ancestry, phoenix_spans
+from phoenix_api import decode_chains, phoenix_spans
 from up_server import agentserve_cmd, free_port
 
 pytestmark = pytest.mark.slow
@@ -161,15 +160,12 @@ def test_example_02_multi_agent_trace(server):
 def _whole_decode_chain(phoenix: str, trace_id: str, want: set[str]) -> list[str]:
     """The ancestry of a decode span once the whole chain up to the agent has arrived (an
     agent run makes several model calls; their spans reach Phoenix one batch at a time)."""
-    deadline = time.monotonic() + 120
-    while True:
-        spans = phoenix_spans(phoenix, trace_id, want, timeout_s=120)
-        by_id = {s["context"]["span_id"]: s for s in spans}
-        chains = [ancestry(s, by_id) for s in spans if s["name"] == "decode"]
-        whole = [c for c in chains if "invoke_agent coordinator" in c]
-        if whole or time.monotonic() > deadline:
-            return whole[0] if whole else max(chains, key=len)
-        time.sleep(2)
+
+    def reaches_agent(spans: list[dict]) -> bool:
+        return any("invoke_agent coordinator" in c for c in decode_chains(spans))
+
+    spans = phoenix_spans(phoenix, trace_id, want, timeout_s=120, until=reaches_agent)
+    return next(c for c in decode_chains(spans) if "invoke_agent coordinator" in c)
 
 
 COUNT = [{"role": "user", "content": "Count from one to fifty, separated by commas."}]
