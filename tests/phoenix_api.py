@@ -22,12 +22,16 @@ def phoenix_spans(
     deadline = time.monotonic() + timeout_s
     spans: list[dict] = []
     while time.monotonic() < deadline:
-        r = httpx.get(
-            f"{url}/v1/projects/default/spans",
-            params={"trace_id": trace_id, "limit": 1000},
-            timeout=10,
-            trust_env=False,
-        )
+        try:
+            r = httpx.get(
+                f"{url}/v1/projects/default/spans",
+                params={"trace_id": trace_id, "limit": 1000},
+                timeout=10,
+                trust_env=False,
+            )
+        except httpx.TransportError:  # Phoenix busy ingesting on a loaded machine: ask again
+            time.sleep(1)
+            continue
         if r.is_success:
             spans = r.json()["data"]
             if want <= {s["name"] for s in spans} and (until is None or until(spans)):

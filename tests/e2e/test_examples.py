@@ -164,7 +164,10 @@ def test_02_multi_agent_tree_renders_in_phoenix_ui(platform, tmp_path):
         platform, "02-multi-agent/multi_agent.py", OTEL_EXPORTER_OTLP_ENDPOINT=phoenix
     )
     trace_id = re.search(r"trace id: ([0-9a-f]{32})", out).group(1)
-    phoenix_spans(phoenix, trace_id, set(AGENT_TO_REPLICA), timeout_s=120)
+    to_decode = list(reversed(AGENT_TO_REPLICA[:-1]))  # a decode span's ancestry
+    phoenix_spans(
+        phoenix, trace_id, set(AGENT_TO_REPLICA), timeout_s=120, until=has_decode_chain(to_decode)
+    )
     png = Path(os.environ.get("AGENTSERVE_TRACE_SCREENSHOT") or tmp_path / "trace.png")
     # Compared with the API's tree as read just before each page load. Another go when
     # they differ (a page still loading, a span arriving in between) or when spans are

@@ -18,7 +18,9 @@ from tests.reliability import serve_harness as h
 PORT = 8774
 LIMITED, FREE = "sk-limited-tenant-0123456789", "sk-free-tenant-0123456789"
 CAP = 3  # the limited tenant's max_concurrent_requests
-ENGINE = FakeEngineFactory(token_delay_s=0.05, accept_per_step=1)  # 41 tokens: ~2 s
+# 41 tokens: ~4 s a stream, so the 8 of a limit check are all admitted or refused while the
+# first 3 still run, on a busy machine too
+ENGINE = FakeEngineFactory(token_delay_s=0.1, accept_per_step=1)
 
 
 def _spec() -> DeploymentSpec:
@@ -93,6 +95,20 @@ def _check_limit_holds(base: str) -> None:
     )
 
 
+def _kill_when_serving(victim: str) -> None:
+    """ray.kill `victim` once it serves 2+ streams (not after a fixed delay: on a busy
+    machine the streams may not have reached it yet)."""
+
+    def serving() -> bool:
+        try:
+            return h.ongoing_requests([victim])[victim] >= 2
+        except Exception:  # a poll past its timeout: poll again
+            return False
+
+    if h.wait_for(serving, 20, step_s=0.1) is not None:
+        h.kill_replica(victim)
+
+
 def test_limits_hold_across_ingress_replicas_and_a_killed_one_loses_nothing(base):
     assert len(_ingress_replicas()) == 2
     _check_limit_holds(base)  # 3 in all, not 3 per ingress replica
@@ -100,10 +116,10 @@ def test_limits_hold_across_ingress_replicas_and_a_killed_one_loses_nothing(base
 
     bodies = [h.chat_body(100 + i, words=40) for i in range(24)]
     victim = _ingress_replicas()[0]
-    killer = threading.Timer(1.0, h.kill_replica, args=(victim,))
+    killer = threading.Thread(target=_kill_when_serving, args=(victim,), daemon=True)
     killer.start()
     results = asyncio.run(_send(base, FREE, bodies, retries=4))
-    killer.join()
+    killer.join(timeout=30)
     lost = [
         i
         for i, (r, b) in enumerate(zip(results, bodies, strict=True))
@@ -114,8 +130,8 @@ def test_limits_hold_across_ingress_replicas_and_a_killed_one_loses_nothing(base
     assert retried >= 1, "the killed ingress replica was serving streams: some were cut"
     assert victim not in _ingress_replicas()
 
-    _check_limit_holds(base)  # the keeper outlives an ingress replica
     assert h.wait_for(lambda: len(_ingress_replicas()) == 2, 60) is not None
+    _check_limit_holds(base)  # the keeper outlives an ingress replica
 
 
 def test_limits_cost_benchmark_measures_through_the_deployed_keeper(base):
