@@ -1,13 +1,19 @@
-"""kopf registration only: AgentServe events and a drift timer delegate to reconcile().
+"""kopf registration only: AgentServe events and an operator-wide drift resync delegate to
+reconcile().
 
 Run: `kopf run -m agentserve_operator.handlers --all-namespaces --liveness=http://0.0.0.0:8080/healthz`.
 Invalid specs -> kopf.PermanentError (status + Event written by reconcile); API failures ->
-kopf.TemporaryError (kopf retries with the given delay). Children are deleted by Kubernetes'
-garbage collector through owner references, so there is no deletion handler (no finalizer).
+kopf.TemporaryError (kopf retries with the given delay). No handler here needs a finalizer:
+no deletion handler, no kopf timer or daemon (kopf finalizes objects that have one, and a
+CR would then outlive an uninstalled operator, Terminating for ever); drift is repaired by
+resync.py's loop over kopf's index, and children are deleted by Kubernetes' garbage collector
+through owner references. A finalizer left by an older operator is removed by kopf on the
+first event it handles for that CR.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime as dt
 import logging
@@ -25,6 +31,7 @@ from agentserve_operator.reconcile import (
     RetriableClusterError,
     reconcile,
 )
+from agentserve_operator.resync import indexed_bodies, resync_forever
 
 __all__ = ["run_reconcile"]
 
@@ -61,8 +68,15 @@ def _plain(body: Any) -> dict[str, Any]:
     return copy.deepcopy(dict(body))
 
 
+@kopf.index(r.GROUP, r.VERSION, r.PLURAL)
+def agentserves(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """Every AgentServe kopf sees, by (namespace, name): the resync loop's work list."""
+    return {(namespace, name): _plain(body)}
+
+
 @kopf.on.startup()
-def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agentserves: kopf.Index,
+                   logger: Any, **_: Any) -> None:  # fmt: skip
     from agentserve_operator.k8s import KubeCluster  # lazy: the kubernetes client (heavy)
 
     settings.posting.level = logging.WARNING  # kopf's own Events: problems only
@@ -73,6 +87,19 @@ def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None
     memo.cluster = KubeCluster()
     memo.metrics = OperatorMetrics()
     memo.metrics.serve(int(os.environ.get("AGENTSERVE_OPERATOR_METRICS_PORT", "9090")))
+    index = agentserves  # kopf fills it from its watch; safe to read from a task
+    memo.resync_task = asyncio.create_task(resync_forever(
+        lambda: indexed_bodies(index),
+        lambda body: _resync(body=body, memo=memo, logger=logger),
+        DRIFT_INTERVAL_S, logger,
+    ))  # fmt: skip
+
+
+@kopf.on.cleanup()
+async def _cleanup(memo: kopf.Memo, **_: Any) -> None:
+    task = getattr(memo, "resync_task", None)
+    if task is not None:
+        task.cancel()
 
 
 @kopf.on.probe(id="reconciles")
@@ -90,10 +117,9 @@ def _on_change(body: kopf.Body, memo: kopf.Memo, logger: Any, **_: Any) -> None:
         raise kopf.PermanentError(str(result.error))
 
 
-@kopf.timer(r.GROUP, r.VERSION, r.PLURAL, interval=DRIFT_INTERVAL_S,
-            initial_delay=DRIFT_INTERVAL_S)  # fmt: skip
-def _resync(body: kopf.Body, memo: kopf.Memo, logger: Any, **_: Any) -> None:
-    """Level-based resync: recreates deleted children, reverts edits, refreshes status."""
+def _resync(body: Any, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    """Level-based resync of one CR: recreates deleted children, reverts edits, refreshes
+    status. Called by resync.py's loop (not a kopf timer: see the module docstring)."""
     result = run_reconcile(memo.cluster, memo.metrics, body, logger)
     if result.error is not None:
         logger.warning("invalid spec: %s", result.error)
