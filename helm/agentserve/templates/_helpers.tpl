@@ -91,6 +91,11 @@ Secret and the serving image filled in where the spec leaves them out. */}}
   - apiGroups: [agentserve.dev]
     resources: [agentserves/status]
     verbs: [get, patch]
+  # children's owner references set blockOwnerDeletion: the OwnerReferencesPermissionEnforcement
+  # admission plugin (OpenShift) refuses them without update on the owner's finalizers
+  - apiGroups: [agentserve.dev]
+    resources: [agentserves/finalizers]
+    verbs: [update]
   - apiGroups: [ray.io]
     resources: [rayservices]
     verbs: [get, list, watch, create, patch, delete]
