@@ -130,8 +130,6 @@ def _printer_columns() -> list[dict[str, Any]]:
         {"name": "Models", "type": "string", "jsonPath": ".status.modelNames"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.readyReplicas",
          "description": "Ready model replicas / desired."},
-        {"name": "SLA", "type": "string", "jsonPath": ".status.slaAttainment",
-         "description": "Share of requests within their tenant's SLA (from the autoscaler)."},
         {"name": "Status", "type": "string",
          "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -171,7 +169,6 @@ def _status_schema() -> dict[str, Any]:
             "modelNames": {"type": "string"},
             "readyReplicas": {"type": "string", "description": "ready/desired, all models."},
             "models": {"type": "array", "items": model},
-            "slaAttainment": {"type": "string"},
         },
         "x-kubernetes-preserve-unknown-fields": True,  # kopf keeps its progress here
     }

@@ -14,7 +14,7 @@ from agentserve.serve.names import deployment_name
 from agentserve_operator import manifests as m
 from agentserve_operator import resource as r
 
-__all__ = ["Observation", "compute_status", "invalid_status"]
+__all__ = ["Observation", "compute_status", "invalid_status", "ready_replicas"]
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,21 @@ def _app_status(rs: dict[str, Any] | None, app: str) -> dict[str, Any]:
     return (active.get("applicationStatuses") or {}).get(app) or {}
 
 
+def ready_replicas(ready_pods: int, nodes_per_replica: int) -> int:
+    """Serving replicas a worker group's ready pods make: a TP x PP replica spans
+    `nodes_per_replica` pods and serves only when all of them are ready, so it counts once."""
+    return ready_pods // max(1, nodes_per_replica)
+
+
 def model_statuses(d: r.Desired, obs: Observation) -> list[dict[str, Any]]:
-    """Per model: ready replica pods of its worker group, bounds, Serve deployment status."""
+    """Per model: ready replicas (whole replicas of its worker group's ready pods), bounds,
+    Serve deployment status."""
     app = _app_status(obs.rayservice, d.spec.name)
     deployments = app.get("serveDeploymentStatuses") or {}
     out = []
     for model in d.spec.models:
         group = m.worker_group_name(model.name)
-        ready = sum(
+        pods = sum(
             1
             for p in obs.pods
             if p.get("metadata", {}).get("labels", {}).get(m.LABEL_MODEL) == group and _pod_ready(p)
@@ -76,7 +83,7 @@ def model_statuses(d: r.Desired, obs: Observation) -> list[dict[str, Any]]:
         serve = deployments.get(deployment_name(model.name)) or {}
         out.append({
             "name": model.name,
-            "readyReplicas": ready,
+            "readyReplicas": ready_replicas(pods, model.replicas.nodes_per_replica),
             "minReplicas": model.replicas.min_replicas,
             "maxReplicas": model.replicas.max_replicas,
             "deploymentStatus": serve.get("status", "Unknown"),

@@ -82,7 +82,7 @@ def test_crd_names_and_columns():
     version = manifest["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert {"Models", "Ready", "SLA", "Age"} <= set(columns)
+    assert {"Models", "Ready", "Status", "Age"} <= set(columns)
 
 
 def test_checked_in_files_match_the_generator():
