@@ -30,9 +30,11 @@ def _merge(stored: Any, applied: Any) -> Any:
 class FakeCluster:
     """A fake API server holding objects by ObjectRef; `calls` logs (verb, detail)."""
 
-    def __init__(self, *, crds: set[str] | None = None) -> None:
+    def __init__(self, *, crds: set[str] | None = None,
+                 crd_bodies: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
         self.objects: dict[ObjectRef, dict[str, Any]] = {}
-        self.crds = set(crds or ())
+        self.crd_bodies = dict(crd_bodies or {})  # name -> CRD object (read_crd)
+        self.crds = set(crds or ()) | set(self.crd_bodies)
         self.calls: list[tuple[str, str]] = []
         self.events: list[tuple[str, str, str]] = []
         self.failures: list[str] = []  # verbs that raise RetriableClusterError once each
@@ -115,6 +117,10 @@ class FakeCluster:
 
     def crd_exists(self, name: str) -> bool:
         return name in self.crds
+
+    def read_crd(self, name: str) -> dict[str, Any] | None:
+        body = self.crd_bodies.get(name)
+        return copy.deepcopy(body) if body is not None else None
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.calls.append(("patch-status", name))

@@ -116,6 +116,19 @@ class KubeCluster:
         except HTTPError as err:
             raise _translate(err, f"read CRD {name}") from None
 
+    def read_crd(self, name: str) -> dict[str, Any] | None:
+        """The CustomResourceDefinition `name` as a plain dict; None when absent or not
+        ours to read."""
+        try:
+            crd = self.ext.read_custom_resource_definition(name)
+        except ApiException as err:
+            if err.status in (403, 404):
+                return None
+            raise _translate(err, f"read CRD {name}") from None
+        except HTTPError as err:
+            raise _translate(err, f"read CRD {name}") from None
+        return self.api.sanitize_for_serialization(crd)
+
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         api = client.CustomObjectsApi(self.api)
         try:

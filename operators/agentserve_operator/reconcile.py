@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agentserve_operator import kuberay as kr
 from agentserve_operator import manifests as m
 from agentserve_operator import resource as r
 from agentserve_operator.plan import Action, ObjectRef, plan
@@ -36,6 +37,7 @@ class Cluster(Protocol):
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]: ...
     def read_secret(self, namespace: str, name: str) -> dict[str, str] | None: ...
     def crd_exists(self, name: str) -> bool: ...
+    def read_crd(self, name: str) -> dict[str, Any] | None: ...
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
     def post_event(self, cr: dict[str, Any], kind: str, reason: str, message: str) -> None: ...
 
@@ -111,10 +113,11 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str) -> ReconcileResult
     previous = ((cr.get("status") or {}).get("conditions")) or []
     try:
         d = load_desired(cluster, cr)
+        kuberay = _kuberay(cluster, d)
     except r.InvalidResource as err:
         return _reject(cluster, cr, err, previous, now)
     monitoring = cluster.crd_exists(MONITORING_CRD)
-    desired = m.children(d, monitoring_available=monitoring)
+    desired = m.children(d, monitoring_available=monitoring, kuberay=kuberay)
     actions = plan(desired, observe(cluster, d, monitoring), d.uid)
     _apply(cluster, actions)
     rayservice = cluster.get(ObjectRef.of(m.rayservice(d)))
@@ -123,6 +126,19 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str) -> ReconcileResult
     if _changed(cr.get("status") or {}, status):
         cluster.patch_status(d.namespace, d.name, status)
     return ReconcileResult(actions, status)
+
+
+def _kuberay(cluster: Cluster, d: r.Desired) -> kr.KubeRay:
+    """The KubeRay to render for: kubernetes.kuberay_version, else the installed
+    RayService CRD (read on every reconcile: KubeRay may be upgraded under a running
+    operator). An unsupported one is an InvalidResource naming the supported versions."""
+    named = d.kube.kuberay_version
+    try:
+        return kr.resolve(named, None if named else cluster.read_crd(kr.RAYSERVICE_CRD))
+    except kr.UnsupportedKubeRay as err:
+        raise r.InvalidResource(
+            f"invalid AgentServe: {err}", [("kubernetes.kuberay_version", str(err))]
+        ) from None
 
 
 def _changed(old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -9,13 +9,20 @@ gives it (spec_defaults.with_default_schedules), so the ConfigMap and RayService
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentserve.model_sources import is_hub_id
-from agentserve.spec import DeploymentSpec, SpecError, hash_api_key, spec_from_dict
+from agentserve.spec import (
+    DeploymentSpec,
+    SpecError,
+    TolerationSpec,
+    hash_api_key,
+    spec_from_dict,
+)
 from agentserve.spec_defaults import with_default_schedules
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 __all__ = ["Desired", "InvalidResource", "KubernetesSpec", "desired_from_cr", "hub_ids"]
 
@@ -34,6 +41,10 @@ IN_POD_HOST = "0.0.0.0"  # the Serve proxy must listen on the pod IP for the Ser
 DEFAULT_METRICS_PORT = 9400
 CLUSTER_INGRESS_REPLICAS = 2  # one ingress replica can die without taking every stream
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+_ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# set by the operator itself (manifests/pods.py): `env` may not replace them
+RESERVED_ENV = frozenset({"AGENTSERVE_SPEC", "AGENTSERVE_POD_IP", "HF_HOME", "HF_HUB_OFFLINE",
+                          "HF_TOKEN", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"})  # fmt: skip
 
 
 class _K8s(BaseModel):
@@ -107,8 +118,81 @@ class KubernetesSpec(_K8s):
         "32Gi", pattern=_QUANTITY, description="Memory of each model replica pod."
     )
     monitoring: bool = Field(
-        True, description="Create a ServiceMonitor when the Prometheus Operator CRDs exist."
+        True,
+        description="Create a ServiceMonitor (ingress metrics) and a PodMonitor (Ray and vLLM "
+        "metrics of every Ray pod) when the Prometheus Operator CRDs exist.",
     )
+    kuberay_version: str | None = Field(
+        None,
+        pattern=r"^v?1\.[0-9]+(\.[0-9]+)?$",
+        description="KubeRay version to render the RayService for (1.4, 1.5 or 1.6); null = "
+        "read from the installed RayService CRD. 1.4 has no Ray token auth (authOptions).",
+    )
+    upgrade_strategy: Literal["NewCluster", "None"] = Field(
+        "NewCluster",
+        description="RayService spec.upgradeStrategy.type. NewCluster: a change under the "
+        "Ray cluster (image, pod settings, resources) starts a second full cluster, GPUs "
+        "included, and switches traffic when it serves (zero downtime, twice the GPUs "
+        "meanwhile). None: such changes are not rolled out until the AgentServe is "
+        "recreated (for clusters without spare GPUs). Replica counts and the Serve "
+        "config update in place either way.",
+    )
+    image_pull_secrets: list[str] = Field(
+        default_factory=list, description="Secrets for pulling `image` (head and workers)."
+    )
+    priority_class_name: str | None = Field(
+        None, max_length=253, description="PriorityClass of the Ray pods (head and workers)."
+    )
+    runtime_class_name: str | None = Field(
+        None,
+        max_length=253,
+        description="RuntimeClass of the model replica pods (e.g. nvidia); the head, which "
+        "has no GPUs, keeps the default.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment variables of every Ray container (e.g. NCCL_DEBUG, "
+        "NCCL_SOCKET_IFNAME, NCCL_IB_HCA); the operator's own (AGENTSERVE_*, HF_*, "
+        "RAY_AUTH_*) cannot be replaced.",
+    )
+    env_from_secrets: list[str] = Field(
+        default_factory=list,
+        description="Secrets in the same namespace whose every key becomes an environment "
+        "variable of every Ray container (envFrom).",
+    )
+    env_from_config_maps: list[str] = Field(
+        default_factory=list,
+        description="ConfigMaps whose every key becomes an environment variable of every Ray "
+        "container (envFrom).",
+    )
+    shm_size: str | None = Field(
+        None,
+        pattern=_QUANTITY,
+        description="Size limit of /dev/shm (a memory-backed emptyDir, counted against the "
+        "pod's memory) in the Ray pods; null = no limit beyond the pod's memory. vLLM and "
+        "NCCL use it between the processes of a tensor-parallel replica.",
+    )
+    head_node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the Ray head pod requires."
+    )
+    head_tolerations: list[TolerationSpec] = Field(
+        default_factory=list, description="Tolerations of the Ray head pod."
+    )
+    head_affinity: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Affinity of the Ray head pod (a Kubernetes core/v1 Affinity, as is).",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _no_reserved_env(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = sorted(set(env) & RESERVED_ENV)
+        if bad:
+            raise ValueError(f"set by the operator, cannot be replaced: {', '.join(bad)}")
+        invalid = [k for k in env if not re.match(_ENV_NAME, k)]
+        if invalid:
+            raise ValueError(f"not environment variable names: {', '.join(invalid)}")
+        return env
 
 
 class InvalidResource(SpecError):

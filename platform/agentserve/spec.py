@@ -216,6 +216,28 @@ class ReplicaSpec(_Spec):
     tolerations: list[TolerationSpec] = Field(
         default_factory=list, description="Kubernetes tolerations for replica pods."
     )
+    affinity: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Kubernetes affinity of replica pods (a core/v1 Affinity, as is).",
+    )
+    gpu_resource_name: str = Field(
+        "nvidia.com/gpu",
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="Kubernetes extended resource replica pods request their GPUs as: "
+        "nvidia.com/gpu, a MIG slice (nvidia.com/mig-3g.40gb) or another vendor's "
+        "(amd.com/gpu).",
+    )
+    extra_resources: dict[str, str] = Field(
+        default_factory=dict,
+        description="Further extended resources each replica pod requests (and limits), "
+        "e.g. {rdma/rdma_shared_device_a: '1'} for InfiniBand/RoCE between the nodes of a "
+        "multi-node replica (NCCL).",
+    )
+    ipc_lock: bool = Field(
+        False,
+        description="Give replica containers the IPC_LOCK capability (RDMA memory "
+        "registration for NCCL over InfiniBand/RoCE).",
+    )
     health_check_period_s: float = Field(
         10.0, gt=0, description="Seconds between engine health checks of a replica."
     )

@@ -1,6 +1,7 @@
 """The GPU example deployments (examples/0[5-7]-k8s-*/values.yaml), run the only way they
 can run here: rendered by `helm template`, deployed by the operator into a fake cluster,
-every manifest validated (kubernetes-validate --strict, Ray Serve's own config schema), and
+every manifest validated (kubernetes-validate --strict; the RayService against KubeRay's
+published CRD of each supported version, strictly; Ray Serve's own config schema), and
 the vLLM engine arguments each replica would get built by engine/vllm_args.py, with its Hugging
 Face sources resolved offline from a hub cache laid out as huggingface_hub writes it."""
 
@@ -15,10 +16,13 @@ import yaml
 from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.model_sources import resolve_model
 from agentserve.tenant_config import spec_from_app_args
+from agentserve_operator import kuberay as kr
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import reconcile
 from hub_cache import write_snapshot
-from rayservice_schema import RAYSERVICE_SCHEMA, SERVE_CONFIG_SCHEMA
+from kuberay_crds import crd
+from kuberay_crds import validate as validate_against_kuberay
+from serve_config_schema import SERVE_CONFIG_SCHEMA
 from test_helm import HELM, chart, helm  # noqa: F401  (the chart fixture)
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -58,9 +62,10 @@ def _render(chart_dir: Path, example: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(_rendered(chart_dir, example)) if d]
 
 
-def _deploy(cr: dict) -> FakeCluster:
-    """The operator reconciles the rendered CR; the tenants' keys come from the Secret."""
-    cluster = FakeCluster()
+def _deploy(cr: dict, version: str = kr.DEFAULT) -> FakeCluster:
+    """The operator reconciles the rendered CR in a cluster running KubeRay `version` (its
+    RayService CRD installed); the tenants' keys come from the Secret."""
+    cluster = FakeCluster(crd_bodies={kr.RAYSERVICE_CRD: crd(version)})
     secret = cr["spec"]["kubernetes"]["api_key_secret"]
     keys = {t["name"]: f"sk-{t['name']}" for t in cr["spec"]["tenants"]}
     cluster.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
@@ -70,8 +75,9 @@ def _deploy(cr: dict) -> FakeCluster:
     return cluster
 
 
-def _validate_children(cluster: FakeCluster) -> tuple[dict, dict]:
-    """Validate what the operator applied; return (RayService, its Serve config)."""
+def _validate_children(cluster: FakeCluster, version: str = kr.DEFAULT) -> tuple[dict, dict]:
+    """Validate what the operator applied (the RayService against KubeRay `version`'s CRD);
+    return (RayService, its Serve config)."""
     [rs] = [o for o in cluster.objects.values() if o["kind"] == "RayService"]
     for obj in cluster.objects.values():
         if obj["kind"] in ("ConfigMap", "Service"):
@@ -83,7 +89,7 @@ def _validate_children(cluster: FakeCluster) -> tuple[dict, dict]:
     import jsonschema
     from ray.serve.schema import ServeDeploySchema
 
-    jsonschema.validate(rs, RAYSERVICE_SCHEMA)
+    validate_against_kuberay(_applied(rs), version)
     serve_config = yaml.safe_load(rs["spec"]["serveConfigV2"])
     jsonschema.validate(serve_config, SERVE_CONFIG_SCHEMA)
     ServeDeploySchema.model_validate(serve_config)  # Ray Serve's own schema (bundles, ...)
@@ -93,7 +99,7 @@ def _validate_children(cluster: FakeCluster) -> tuple[dict, dict]:
 def _applied(obj: dict) -> dict:
     """The object as the operator applied it (fake-server bookkeeping removed)."""
     meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "generation")}
-    return {**obj, "metadata": meta}
+    return {k: v for k, v in {**obj, "metadata": meta}.items() if k != "status"}
 
 
 @pytest.fixture
@@ -139,7 +145,8 @@ def test_example_renders_validates_and_deploys(chart, example):  # noqa: F811
     [pvc] = [o for o in objs if o["kind"] == "PersistentVolumeClaim"]
     [cr] = [o for o in objs if o["kind"] == "AgentServe"]
     assert cr["spec"]["kubernetes"]["hub_cache"]["claim_name"] == pvc["metadata"]["name"]
-    rs, serve_config = _validate_children(_deploy(cr))
+    for version in kr.SUPPORTED:
+        rs, serve_config = _validate_children(_deploy(cr, version), version)
 
     [group] = rs["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     pod = group["template"]["spec"]

@@ -9,8 +9,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import kuberay_crds
 import pytest
 import yaml
+from agentserve_operator import kuberay as kr
 from agentserve_operator.chart import CHART_DIR
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import reconcile
@@ -106,6 +108,28 @@ def test_rendered_agentserve_is_valid_for_the_operator(chart, values):
                  "stringData": {t: f"sk-{t}" for t in tenants}})  # fmt: skip
     result = reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z")
     assert result.error is None, result.error
+
+
+@pytest.mark.parametrize("version", kr.SUPPORTED)
+@pytest.mark.parametrize("values", VALUES, ids=[v.stem for v in VALUES])
+def test_rendered_rayservice_is_taken_by_each_kuberay(chart, values, version):
+    """Every ci/ values file's AgentServe, deployed by the operator in a cluster running
+    KubeRay `version`: the RayService passes that version's published CRD, strictly."""
+    crs = [o for o in render(chart, values) if o["kind"] == "AgentServe"] or [
+        o
+        for o in render(chart, values, "--set", "model.source=bundled")
+        if o["kind"] == "AgentServe"
+    ]  # default-values.yaml has no model: the first `--set model.source` install
+    for cr in crs:
+        cluster = FakeCluster(crd_bodies={kr.RAYSERVICE_CRD: kuberay_crds.crd(version)})
+        keys = {t["name"]: f"sk-{t['name']}" for t in cr["spec"]["tenants"]}
+        cluster.put({"apiVersion": "v1", "kind": "Secret", "stringData": keys,
+                     "metadata": {"name": cr["spec"]["kubernetes"]["api_key_secret"]}})  # fmt: skip
+        assert reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z").error is None
+        rs = cluster.find("RayService", cr["metadata"]["name"])
+        kuberay_crds.validate({k: rs[k] for k in ("apiVersion", "kind", "spec")} | {
+            "metadata": {"name": rs["metadata"]["name"]}}, version)  # fmt: skip
+    assert crs, "no AgentServe rendered"
 
 
 def test_values_schema_rejects_a_bad_model(chart):

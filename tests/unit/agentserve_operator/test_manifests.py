@@ -1,17 +1,20 @@
-"""Child manifests: what one CR deploys, validated against Kubernetes and RayService schemas."""
+"""Child manifests: what one CR deploys, validated against Kubernetes' schemas and KubeRay's
+published RayService CRDs (every supported version, strict: unknown fields fail)."""
 
 from __future__ import annotations
 
 import importlib
 
 import jsonschema
+import kuberay_crds
 import pytest
 import yaml
 from agentserve.spec import hash_api_key
+from agentserve_operator import kuberay as kr
 from agentserve_operator import manifests as m
 from agentserve_operator.resource import desired_from_cr
 from operator_cases import GPU_CR, gpu_cr
-from rayservice_schema import RAYSERVICE_SCHEMA, SERVE_CONFIG_SCHEMA
+from serve_config_schema import SERVE_CONFIG_SCHEMA
 
 KEYS = {"alice": "sk-alice-secret"}
 kv = pytest.importorskip("kubernetes_validate")
@@ -22,9 +25,9 @@ def desired(cr=GPU_CR):
     return desired_from_cr(cr, KEYS)
 
 
-def by_kind(d=None, monitoring=True):
+def by_kind(d=None, monitoring=True, kuberay=None):
     """Children by role: the kind, or AdminService for the admin Service."""
-    objs = m.children(d or desired(), monitoring_available=monitoring)
+    objs = m.children(d or desired(), monitoring_available=monitoring, kuberay=kuberay)
     return {_role(o): o for o in objs}
 
 
@@ -36,17 +39,32 @@ def _role(obj):
 def test_children_kinds_and_owner_references():
     objs = by_kind()
     assert list(objs) == [
-        "ConfigMap", "NetworkPolicy", "RayService", "Service", "AdminService", "ServiceMonitor"
+        "ConfigMap", "NetworkPolicy", "RayService", "AdminService", "ServiceMonitor", "PodMonitor"
     ]  # fmt: skip
     for obj in objs.values():
         [owner] = obj["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"], owner["controller"]) == ("AgentServe", "u-1", True)
-    assert "ServiceMonitor" not in by_kind(monitoring=False)
+    assert not {"ServiceMonitor", "PodMonitor"} & set(by_kind(monitoring=False))
 
 
-@pytest.mark.parametrize("kind", ["ConfigMap", "Service"])
+@pytest.mark.parametrize("kind", ["ConfigMap", "AdminService"])
 def test_core_objects_validate_strictly(kind):
     kv.validate(by_kind()[kind], "1.30", strict=True)
+
+
+def test_openai_service_is_kuberays_serve_service_of_the_active_cluster():
+    """<name>-openai is RayService serveService: KubeRay selects only the active cluster's
+    ready Serve pods (an upgrade's pending cluster gets no traffic until it takes over)."""
+    d = desired()
+    rs = by_kind(d)["RayService"]["spec"]
+    svc = rs["serveService"]
+    assert svc["metadata"]["name"] == "demo-openai" and "selector" not in svc["spec"]
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert [p["port"] for p in svc["spec"]["ports"]] == [d.spec.server.port]
+    head = rs["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert {"name": "serve", "containerPort": d.spec.server.port} in head["ports"]
+    service = {"apiVersion": "v1", "kind": "Service", **svc}
+    kv.validate(service, "1.30", strict=True)
 
 
 def test_pod_templates_validate_strictly():
@@ -58,10 +76,31 @@ def test_pod_templates_validate_strictly():
         kv.validate(pod_template, "1.30", strict=True)
 
 
-def test_rayservice_matches_schema_subset():
-    rs = by_kind()["RayService"]
-    jsonschema.validate(rs, RAYSERVICE_SCHEMA)
+@pytest.mark.parametrize("version", kr.SUPPORTED)
+def test_rayservice_validates_against_kuberays_crd(version):
+    rs = by_kind(kuberay=kr.KubeRay(version))["RayService"]
+    kuberay_crds.validate(rs, version)
     jsonschema.validate(yaml.safe_load(rs["spec"]["serveConfigV2"]), SERVE_CONFIG_SCHEMA)
+
+
+def test_rayservice_fields_follow_the_kuberay_version():
+    """1.4's CRD has no authOptions (Ray token auth): rendered only for 1.5 and later."""
+    cluster = {v: by_kind(kuberay=kr.KubeRay(v))["RayService"]["spec"]["rayClusterConfig"]
+               for v in kr.SUPPORTED}  # fmt: skip
+    assert "authOptions" not in cluster["1.4"]
+    assert cluster["1.5"]["authOptions"] == cluster["1.6"]["authOptions"] == {"mode": "token"}
+
+
+@pytest.mark.parametrize("strategy", ["NewCluster", "None"])
+def test_upgrade_strategy_is_explicit(strategy):
+    """Never KubeRay's implicit default: the GPU cost of a cluster change is a choice."""
+    cr = gpu_cr()
+    cr["spec"]["kubernetes"]["upgrade_strategy"] = strategy
+    for version in kr.SUPPORTED:
+        rs = by_kind(desired(cr), kuberay=kr.KubeRay(version))["RayService"]
+        assert rs["spec"]["upgradeStrategy"] == {"type": strategy}
+        assert strategy in kr.UPGRADE_TYPES[version]
+        kuberay_crds.validate(rs, version)
 
 
 def test_head_has_no_gpus_and_workers_get_gpu_selector_tolerations():
@@ -124,7 +163,6 @@ def test_admin_endpoints_only_on_the_head_pods_admin_port():
         {"name": "admin", "port": port, "targetPort": port, "protocol": "TCP"},
         {"name": "admin-1", "port": port + 1, "targetPort": port + 1, "protocol": "TCP"},
     ]
-    assert [p["port"] for p in objs["Service"]["spec"]["ports"]] == [d.spec.server.port]
     monitor = objs["ServiceMonitor"]["spec"]
     assert monitor["selector"]["matchLabels"][m.LABEL_COMPONENT] == "admin"
     assert monitor["endpoints"] == [

@@ -1,5 +1,5 @@
-"""Who can reach what on a cluster: Ray token auth, the Ray pods' NetworkPolicy, pod
-security, no 0.0.0.0 dashboard, and namespaced RBAC with watchNamespaces."""
+"""Who can reach what on a cluster: Ray token auth, the Ray pods' NetworkPolicy (which keeps
+the 0.0.0.0 dashboard private), pod security, tokens, and namespaced RBAC."""
 
 from __future__ import annotations
 
@@ -18,27 +18,51 @@ def _cluster():
     return by_kind()["RayService"]["spec"]["rayClusterConfig"]
 
 
-def test_ray_token_auth_and_no_wildcard_dashboard():
+def test_ray_token_auth_and_a_dashboard_the_probes_reach():
+    """The dashboard and its agent bind 0.0.0.0: KubeRay's probes exec wget against
+    localhost in the pod (tests/integration/test_kuberay_probes.py runs them on a real head);
+    token auth (KubeRay >= 1.5) and the NetworkPolicy (below) keep them private."""
     cluster = _cluster()
     assert cluster["authOptions"] == {"mode": "token"}  # KubeRay makes the token Secret
     head = cluster["headGroupSpec"]
-    host = head["rayStartParams"]["dashboard-host"]
-    assert host == "$AGENTSERVE_POD_IP" and "0.0.0.0" not in str(head["rayStartParams"])
-    env = head["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "AGENTSERVE_POD_IP",
-            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in env  # fmt: skip
+    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0"
+    assert head["rayStartParams"]["dashboard-agent-listen-port"] == "52365"
     assert "RAY_AUTH_TOKEN" not in str(cluster)  # never in the manifests
 
 
 def test_ray_pods_run_with_seccomp_and_without_a_service_account_token():
+    """No Ray container holds a token; the head's autoscaler sidecar (in-tree autoscaling,
+    which scales the worker groups) gets one mounted where Ray's KubeRay node provider
+    reads it."""
     cluster = _cluster()
+    assert cluster["enableInTreeAutoscaling"] is True
     groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
     for group in groups:
         pod = group["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            assert "serviceaccount" not in str(container["volumeMounts"])
         kv.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod},
                     "1.30", strict=True)  # fmt: skip
+    [mount] = cluster["autoscalerOptions"]["volumeMounts"]
+    assert mount["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+    head_volumes = {v["name"]: v for v in cluster["headGroupSpec"]["template"]["spec"]["volumes"]}
+    sources = head_volumes[mount["name"]]["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"] == {"path": "token", "expirationSeconds": 3607}
+    assert sources[1]["configMap"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert sources[2]["downwardAPI"]["items"][0]["path"] == "namespace"
+    worker_volumes = str(cluster["workerGroupSpecs"][0]["template"]["spec"]["volumes"])
+    assert "serviceAccountToken" not in worker_volumes
+
+
+def test_the_autoscaler_reads_the_token_where_it_is_mounted():
+    """The mount path is the one Ray's KubeRay node provider reads (a rename in Ray would
+    leave the autoscaler without credentials)."""
+    provider = pytest.importorskip("ray.autoscaler._private.kuberay.node_provider")
+    [mount] = _cluster()["autoscalerOptions"]["volumeMounts"]
+    assert mount["mountPath"] + "/token" == provider.IN_CLUSTER_TOKEN_PATH
+    assert mount["mountPath"] + "/ca.crt" == provider.IN_CLUSTER_CA_CERT_PATH
 
 
 def test_network_policy_admits_the_api_everyone_and_ray_ports_only_to_ray_pods():

@@ -44,7 +44,7 @@ def make_ready(cluster, ready_pods=1):
 def test_create_then_ready_then_idempotent(cluster):
     first = reconcile(cluster, cr(cluster), T0)
     kinds = [a.ref.kind for a in first.actions]
-    assert kinds == ["ConfigMap", "NetworkPolicy", "RayService", "Service", "Service"]
+    assert kinds == ["ConfigMap", "NetworkPolicy", "RayService", "Service"]  # -openai: KubeRay
     assert conditions(cluster)["Progressing"] == ("True", "Applied")
     make_ready(cluster)
     second = reconcile(cluster, cr(cluster), T1)
@@ -67,10 +67,10 @@ def test_create_then_ready_then_idempotent(cluster):
 
 def test_deleted_child_is_recreated(cluster):
     reconcile(cluster, cr(cluster), T0)
-    cluster.delete(cluster_ref(cluster, "Service", "demo-openai"))
+    cluster.delete(cluster_ref(cluster, "Service", "demo-admin"))
     result = reconcile(cluster, cr(cluster), T1)
     assert [(a.ref.kind, a.reason) for a in result.actions] == [("Service", "missing")]
-    assert cluster.find("Service", "demo-openai") is not None
+    assert cluster.find("Service", "demo-admin") is not None
 
 
 def test_manual_edit_of_managed_field_is_reverted(cluster):
@@ -104,7 +104,8 @@ def test_servicemonitor_follows_the_prometheus_crd(cluster):
     body = cr(cluster)
     body["spec"]["kubernetes"]["monitoring"] = False
     result = reconcile(cluster, body, T2)
-    assert [(a.verb, a.ref.kind) for a in result.actions] == [("delete", "ServiceMonitor")]
+    deleted = [(a.verb, a.ref.kind) for a in result.actions]
+    assert deleted == [("delete", "ServiceMonitor"), ("delete", "PodMonitor")]
 
 
 def test_invalid_spec_keeps_children_and_reports_once(cluster):
@@ -199,3 +200,29 @@ def test_handlers_create_ready_update_delete_through_kopf_entry_points(cluster):
 
 def test_example_cr_is_the_one_in_operator_cases():
     assert GPU_CR["metadata"]["name"] == "demo"
+
+
+def test_an_openai_service_this_operator_made_before_is_handed_to_kuberay(cluster):
+    """Operators before issue 28 made <name>-openai themselves (selecting both clusters of
+    an upgrade); now it is the RayService's serveService: the old one is deleted as stale,
+    one that KubeRay owns is left alone."""
+    body = cr(cluster)
+    old = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "demo-openai",
+            "namespace": "default",
+            "ownerReferences": [
+                {"uid": body["metadata"]["uid"], "kind": "AgentServe", "name": "demo"}
+            ],
+        },
+    }
+    cluster.put(old)  # fmt: skip
+    result = reconcile(cluster, body, T0)
+    assert ("delete", "Service", "demo-openai") in [
+        (a.verb, a.ref.kind, a.ref.name) for a in result.actions
+    ]
+    old["metadata"]["ownerReferences"] = [{"uid": "rayservice-uid", "kind": "RayService"}]
+    cluster.put(old)
+    assert reconcile(cluster, cr(cluster), T1).actions == []

@@ -1,0 +1,103 @@
+"""KubeRay versions the operator renders for, and which one a cluster runs (read from the
+installed RayService CRD's schema, or named by `kubernetes.kuberay_version`).
+
+Supported (docs/kubernetes.md, "Supported KubeRay versions"):
+
+| KubeRay | RayService schema                          | what the operator renders           |
+|---------|--------------------------------------------|-------------------------------------|
+| 1.4.x   | no rayClusterConfig.authOptions            | no Ray token auth (NetworkPolicy)    |
+| 1.5.x   | authOptions                                 | token auth (authOptions mode token)  |
+| 1.6.x   | authOptions, rayClusterConfig.upgradeStrategy | token auth                         |
+
+Anything older (no spec.upgradeStrategy in the RayService CRD: KubeRay < 1.3) is refused
+with a message naming the versions above. A newer KubeRay whose CRD has every 1.6 field is
+rendered for as 1.6 (ray.io/v1 only ever gains optional fields).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT",
+    "RAYSERVICE_CRD",
+    "SUPPORTED",
+    "KubeRay",
+    "UnsupportedKubeRay",
+    "from_crd",
+    "resolve",
+]
+
+RAYSERVICE_CRD = "rayservices.ray.io"
+SUPPORTED: tuple[str, ...] = ("1.4", "1.5", "1.6")
+DEFAULT = "1.6"  # no RayService CRD readable: render for the newest (apply then names why)
+Version = Literal["1.4", "1.5", "1.6"]
+UPGRADE_TYPES: dict[str, tuple[str, ...]] = {
+    # RayService spec.upgradeStrategy.type values KubeRay's controller accepts (the CRD
+    # types it as any string); NewClusterWithIncrementalUpgrade (1.5+) also needs the
+    # RayServiceIncrementalUpgrade feature gate and the Gateway API: not rendered
+    "1.4": ("NewCluster", "None"),
+    "1.5": ("NewCluster", "None"),
+    "1.6": ("NewCluster", "None"),
+}
+
+
+class UnsupportedKubeRay(ValueError):
+    """The installed (or named) KubeRay is one the operator cannot render for."""
+
+
+@dataclass(frozen=True)
+class KubeRay:
+    """What the RayService CRD of one supported KubeRay version accepts."""
+
+    version: Version
+
+    @property
+    def auth_options(self) -> bool:
+        """rayClusterConfig.authOptions (Ray token auth) exists: KubeRay >= 1.5."""
+        return self.version != "1.4"
+
+
+def resolve(named: str | None, crd: dict[str, Any] | None) -> KubeRay:
+    """The KubeRay to render for: `named` (kubernetes.kuberay_version) wins over the
+    installed CRD; neither -> DEFAULT. Raises UnsupportedKubeRay."""
+    if named is not None:
+        return KubeRay(_check(named))
+    if crd is None:
+        return KubeRay(DEFAULT)  # type: ignore[arg-type]
+    return from_crd(crd)
+
+
+def from_crd(crd: dict[str, Any]) -> KubeRay:
+    """The supported KubeRay whose RayService schema `crd` (the installed
+    CustomResourceDefinition rayservices.ray.io) matches; raises UnsupportedKubeRay."""
+    spec = _v1_spec_properties(crd)
+    if spec is None or "upgradeStrategy" not in spec:
+        raise UnsupportedKubeRay(
+            "the installed KubeRay is older than 1.4 (its RayService CRD has no ray.io/v1 "
+            f"spec.upgradeStrategy): install KubeRay {', '.join(SUPPORTED)} (see "
+            "docs/kubernetes.md, Supported KubeRay versions)"
+        )
+    cluster = (spec.get("rayClusterConfig") or {}).get("properties") or {}
+    if "authOptions" not in cluster:
+        return KubeRay("1.4")
+    return KubeRay("1.6" if "upgradeStrategy" in cluster else "1.5")
+
+
+def _check(named: str) -> Version:
+    short = ".".join(named.lstrip("v").split(".")[:2])
+    if short not in SUPPORTED:
+        raise UnsupportedKubeRay(
+            f"kubernetes.kuberay_version {named!r} is not supported: use one of "
+            f"{', '.join(SUPPORTED)} (see docs/kubernetes.md, Supported KubeRay versions)"
+        )
+    return short  # type: ignore[return-value]
+
+
+def _v1_spec_properties(crd: dict[str, Any]) -> dict[str, Any] | None:
+    for version in (crd.get("spec") or {}).get("versions") or []:
+        if version.get("name") == "v1" and version.get("served", True):
+            schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+            return ((schema.get("properties") or {}).get("spec") or {}).get("properties")
+    return None
