@@ -118,7 +118,7 @@ Secret and the serving image filled in where the spec leaves them out. */}}
     resources: [events]
     verbs: [create, patch]
   - apiGroups: [monitoring.coreos.com]
-    resources: [servicemonitors]
+    resources: [servicemonitors, podmonitors]
     verbs: [get, create, patch, delete]
 {{- end }}
 
