@@ -11,8 +11,10 @@ and moves in one step.
 head pod (custom resource HEAD_RESOURCE); replica k serves them on server.metrics_port + k
 there (`admin_ports`); the admin Service (ClusterIP, head pod only) exposes those ports and
 the ServiceMonitor scrapes each (every ingress replica counts its own requests). The
-PodMonitor scrapes Ray's metrics export port on every Ray pod: Ray's metrics and the
-engines' vLLM metrics (reported through Ray's metrics agent).
+PodMonitor scrapes Ray's metrics export port on every Ray pod: Ray's metrics, and vLLM's
+(vllm:*, exported as ray_vllm_*) where the engine reports them through Ray's metrics agent
+(vLLM's RayPrometheusStatLogger); vLLM's default Prometheus logger keeps them in the
+replica process, where nothing serves them.
 """
 
 from __future__ import annotations
@@ -258,9 +260,10 @@ def servicemonitor(d: r.Desired) -> dict[str, Any]:
 
 
 def podmonitor(d: r.Desired) -> dict[str, Any]:
-    """Prometheus Operator scrape of Ray's metrics export port (`metrics`, RAY_METRICS_PORT)
-    on every Ray pod, head and workers: Ray's own metrics and the vLLM engines' (vllm:*,
-    reported through Ray's metrics agent, exported as ray_vllm:*)."""
+    """Prometheus Operator scrape of Ray's metrics export port (`metrics`, RAY_METRICS_PORT,
+    pinned in every group's rayStartParams) on every Ray pod, head and workers: Ray's own
+    metrics and whatever the replicas report through Ray's metrics agent (vLLM's metrics
+    with its RayPrometheusStatLogger, as ray_vllm_*)."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",

@@ -234,3 +234,25 @@ def test_key_rotation_changes_only_the_ingress_user_config():
     assert old["deployments"][-1]["user_config"] != new["deployments"][-1]["user_config"]
     version = [get_app_code_version(ServeApplicationSchema(**a)) for a in (old, new)]
     assert version[0] == version[1]
+
+
+def test_podmonitor_scrapes_rays_metrics_port_on_every_ray_pod():
+    """Ray's metrics export (and vLLM's, reported through Ray) on head and workers: each
+    group pins the port, names it `metrics`, and the NetworkPolicy admits it."""
+    objs = by_kind()
+    monitor = objs["PodMonitor"]["spec"]
+    assert monitor["selector"]["matchLabels"] == {m.LABEL_DEPLOYMENT: "demo",
+                                                  m.LABEL_COMPONENT: "ray"}  # fmt: skip
+    assert monitor["podMetricsEndpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    ]
+    cluster = objs["RayService"]["spec"]["rayClusterConfig"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        assert group["rayStartParams"]["metrics-export-port"] == "8080"
+        labels = group["template"]["metadata"]["labels"]
+        assert labels[m.LABEL_COMPONENT] == "ray" and labels[m.LABEL_DEPLOYMENT] == "demo"
+        ports = group["template"]["spec"]["containers"][0]["ports"]
+        assert {"name": "metrics", "containerPort": 8080} in ports
+    admitted = [p["port"] for rule in objs["NetworkPolicy"]["spec"]["ingress"]
+                for p in rule.get("ports", [])]  # fmt: skip
+    assert 8080 in admitted
