@@ -76,7 +76,7 @@ def test_reconcile_creates_children_then_is_idempotent_and_repairs(cluster):
     first = reconcile(cluster, _cr(cluster), now)
     assert {a.ref.kind for a in first.actions} >= {"ConfigMap", "RayService", "Service"}
     assert reconcile(cluster, _cr(cluster), now).actions == []
-    kubectl("-n", NS, "delete", "service", "demo-openai")
+    kubectl("-n", NS, "delete", "service", "demo-admin")  # demo-openai is KubeRay's
     again = reconcile(cluster, _cr(cluster), now)
     assert [a.ref.kind for a in again.actions] == ["Service"]
     assert _cr(cluster)["status"]["observedGeneration"] >= 1
