@@ -19,7 +19,7 @@ from pathlib import Path
 from agentserve.drafters import shipped_drafter
 from agentserve.model_sources import resolve_model
 
-from agentserve_bench import overhead, sampling
+from agentserve_bench import overhead, sampling, speculative_served
 from agentserve_bench.autoscale import bench as autoscale
 from agentserve_bench.autoscale import live_bench as autoscale_live
 from agentserve_bench.report import (
@@ -106,6 +106,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     autoscale.add_parser(kinds)
     autoscale_live.add_parser(kinds)
     overhead.add_parser(kinds)
+    speculative_served.add_parser(kinds)
 
 
 def _heldout_ids(tokenizer, n: int) -> list[list[int]]:
@@ -173,10 +174,15 @@ def _run_speculative(args: argparse.Namespace) -> int:
             args.temperatures,
             tokenizer.eos_token_id,
         )
-    records = finalize(cells)
+    records = [{**r, "path": "offline"} for r in finalize(cells)]
     docs = Path(args.docs)
-    # the file also holds `agentserve bench sampling`'s records (they carry "test")
-    write_json(records, docs / "benchmarks" / "speculative.json", keep=lambda r: "test" in r)
+    # the file also holds `agentserve bench sampling`'s records (they carry "test") and the
+    # served rows of `agentserve bench speculative-served`
+    write_json(
+        records,
+        docs / "benchmarks" / "speculative.json",
+        keep=lambda r: "test" in r or r.get("path") == "served",
+    )
     plot_speedups(records, docs / "img" / "speculative.png")
     table = markdown_table(records)
     command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])

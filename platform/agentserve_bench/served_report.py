@@ -1,0 +1,128 @@
+"""Writing `agentserve bench speculative-served`'s figures: the served rows of
+docs/benchmarks/speculative.json (offline and sampling rows stay) and the served table that
+leads docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from agentserve_bench.report import replace_section, write_json
+
+__all__ = ["SECTION", "markdown_table", "write_served"]
+
+SECTION = "speculative-served"
+_LEADS_BEFORE = "<!-- speculative:begin -->"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def markdown_table(records: list[dict[str, Any]]) -> str:
+    head = (
+        "| server | method | k | workload | c | decode tok/s | vs plain | throughput vs plain "
+        "| TTFT p50 ms | tau | greedy = plain | default |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in records:
+        speedup = r.get("speedup_vs_plain")
+        lines.append(
+            f"| {r['server']} | {r['method']} | {r['num_speculative_tokens']} | {r['workload']} "
+            f"| {r['concurrency']} | {_fmt(r['decode_tokens_per_s'], 1)} "
+            f"| {_fmt(speedup)}{'x' if speedup else ''} | {_fmt(r.get('throughput_vs_plain'))} "
+            f"| {_fmt(r['ttft_ms_p50'], 0)} | {_fmt(r['tau'])} | {r.get('greedy_identical', '-')} "
+            f"| {'**yes**' if r.get('default') else ''} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def _peer_line(records: list[dict[str, Any]]) -> str:
+    """Plain agentserve vs plain vLLM server, per workload and concurrency."""
+    plain = {
+        (r["server"], r["workload"], r["concurrency"]): r["decode_tokens_per_s"]
+        for r in records
+        if r["method"] == "none"
+    }
+    parts = []
+    for (server, workload, c), ours in sorted(plain.items()):
+        theirs = plain.get(("vllm_serve", workload, c))
+        if server == "agentserve" and ours and theirs:
+            parts.append(f"{workload} c={c}: {ours / theirs:.2f}x")
+    return (
+        ("Plain agentserve vs plain vLLM server (decode tok/s): " + ", ".join(parts))
+        if parts
+        else ""
+    )
+
+
+def write_served(
+    records: list[dict[str, Any]],
+    scores: dict[str, dict[str, Any]],
+    default: str,
+    docs: Path,
+    *,
+    command: str,
+    wall_s: float,
+    machine: dict[str, Any],
+) -> list[Path]:
+    """Write the records (texts as digests) and the section; returns the paths written."""
+    date = time.strftime("%Y-%m-%d")
+    saved = [
+        {
+            **{k: v for k, v in r.items() if k != "texts"},
+            "text_digests": [_digest(t) for t in r["texts"]],
+            "date": date,
+            "command": command,
+        }
+        for r in records
+    ]
+    figures = docs / "benchmarks" / "speculative.json"
+    write_json(saved, figures, keep=lambda r: r.get("path") != "served")
+    env = records[0]["engine_env"] if records else {}
+    score_text = ", ".join(
+        f"{m}:{s['k']} {s['score']:.2f}x{'' if s['passes'] else ' (fails the bar)'}"
+        for m, s in sorted(scores.items())
+    )
+    body = (
+        "## Speculation through the server (the source of truth for the default)\n\n"
+        f"Command: `{command}` ({date}; {machine['model']}, {machine['cores']} cores, "
+        f"features {', '.join(machine['features']) or 'none'}, class `{machine['cpu_class']}`; "
+        f'engine environment `{env}`; {wall_s:.0f} s). Raw figures: the `"path": "served"` '
+        "rows of `benchmarks/speculative.json`.\n\n"
+        "Every row is streamed through the HTTP API (greedy, held-out conversations, "
+        "decode tok/s = mean over requests of output tokens after the first / time from first "
+        "to last chunk). Ratios are to the same server's plain decoding at the same workload "
+        "and concurrency, in this run.\n\n"
+        f"{markdown_table(records)}\n"
+        f"{_peer_line(records)}\n\n"
+        f"Method scores (geometric mean of speedups; the bar: >= 1.05x at c=1 and >= 0.97x at "
+        f"higher concurrency on every workload): {score_text or 'none measured'}. **Default for "
+        f"CPU class `{machine['cpu_class']}`: {default}.**\n"
+    )
+    doc = docs / "benchmarks.md"
+    _ensure_leading(doc)
+    replace_section(doc, SECTION, body)
+    return [figures, doc]
+
+
+def _ensure_leading(doc: Path) -> None:
+    """Put empty served markers before the offline section, so the served table leads."""
+    begin = f"<!-- {SECTION}:begin -->"
+    if not doc.exists():
+        return
+    text = doc.read_text()
+    if begin in text or _LEADS_BEFORE not in text:
+        return
+    block = f"{begin}\n<!-- {SECTION}:end -->\n\n"
+    doc.write_text(re.sub(re.escape(_LEADS_BEFORE), lambda _: block + _LEADS_BEFORE, text, count=1))

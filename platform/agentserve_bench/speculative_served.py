@@ -1,0 +1,266 @@
+"""`agentserve bench speculative-served`: speculation measured where users meet it, through
+the HTTP API of the app `agentserve up` serves, the source of truth for the default method.
+
+For each method (none first), a fresh `agentserve up` app (local Ray, Serve, ingress,
+replica, vLLM) serves every workload at every concurrency; vLLM's own OpenAI server with
+the same engine arguments and engine environment runs plain decoding too (and
+`--peer-methods`), so plain agentserve is compared with what a user would run instead, in
+the same run. Requests are greedy, streamed, `max_tokens` long unless the model stops.
+Records (served_rows.row) replace the served rows of docs/benchmarks/speculative.json
+(offline rows stay), and a table leads docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from agentserve.engine.cpu_info import read_cpu_info
+from agentserve.engine.cpu_settings import engine_environment
+from agentserve.spec import DeploymentSpec
+
+from agentserve_bench.served_client import (
+    WORKLOADS,
+    level_figures,
+    read_spec_counters,
+    run_workload,
+    workload_messages,
+)
+from agentserve_bench.served_report import write_served
+from agentserve_bench.served_rows import fill_ratios, row, served_default
+
+__all__ = ["add_parser", "bench_spec", "parse_methods", "run"]
+
+SERVERS = ("agentserve", "vllm_serve")
+
+
+def parse_methods(text: str) -> list[tuple[str, int]]:
+    """'none,ngram:4,dflash:3' -> [("none", 0), ("ngram", 4), ("dflash", 3)]; "none" always
+    first (every ratio is to it); k defaults to 4."""
+    methods: list[tuple[str, int]] = [("none", 0)]
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, _, k = item.partition(":")
+        if name == "none":
+            continue
+        if not k.isdigit() and k:
+            raise SystemExit(f"--methods: bad k in {item!r} (METHOD[:k], k a positive integer)")
+        methods.append((name, int(k or 4)))
+    return methods
+
+
+def bench_spec(
+    method: str,
+    k: int,
+    port: int,
+    max_num_seqs: int,
+    dtype: str | None,
+    base: Any = None,
+    engine: str = "vllm",
+) -> DeploymentSpec:
+    """The embedded deployment (or `base`) as `agentserve up --speculation METHOD` serves it,
+    with k drafted tokens (per-batch schedule as `up` derives it), one replica, `port`.
+    engine "fake" (pipeline tests) keeps the method as a label only."""
+    from agentserve.cli.up import with_overrides, with_speculation
+    from agentserve.spec import spec_from_dict
+    from agentserve.spec_defaults import resolve_drafters
+
+    spec = with_speculation(base or DeploymentSpec(), method)
+    data = spec.model_dump(mode="json", exclude_unset=True)
+    data["models"] = [m.model_dump(mode="json", exclude_unset=True) for m in spec.models[:1]]
+    model = data["models"][0]
+    model["max_num_seqs"] = max(max_num_seqs, spec.models[0].max_num_seqs)
+    model["replicas"] = {"min_replicas": 1, "max_replicas": 1}
+    if engine == "fake":
+        model.update(engine="fake", drafter={"enabled": False})
+        model["replicas"]["num_cpus"] = 0.5
+    if dtype:
+        model["dtype"] = dtype
+    if method != "none" and engine == "vllm":
+        model.setdefault("drafter", {})["num_speculative_tokens"] = k
+    spec, _ = resolve_drafters(spec_from_dict(data, source="(bench speculative-served)"))
+    return with_overrides(spec, "127.0.0.1", port)
+
+
+@contextlib.contextmanager
+def _agentserve(spec: DeploymentSpec, timeout_s: float, factory: Any) -> Iterator[tuple[str, str]]:
+    from agentserve.cli.up import admin_url
+    from agentserve.serve import local
+
+    from agentserve_bench.overhead_phases import _wait_ready
+
+    base = f"http://{spec.server.host}:{spec.server.port}"
+    local.start_local(spec, engine_factory=factory)
+    try:
+        _wait_ready(base, timeout_s)
+        yield base, admin_url(spec) + "/metrics"
+    finally:
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+            local.stop_local()
+
+
+@contextlib.contextmanager
+def _vllm_serve(spec: DeploymentSpec, timeout_s: float, logs: Path) -> Iterator[tuple[str, str]]:
+    from agentserve.model_sources import resolve_model
+
+    from agentserve_bench.overhead_peers import vllm_server
+    from agentserve_bench.overhead_phases import free_port
+
+    model = spec.models[0]
+    model_dir = str(resolve_model(model.source, progress=True))
+    with vllm_server(model, model_dir, free_port(), timeout_s, logs / "vllm_serve.log") as base:
+        yield base, base + "/metrics"
+
+
+def _measure(
+    server: str, method: str, k: int, spec: DeploymentSpec, args: argparse.Namespace,
+    conversations: dict[str, list], machine: dict[str, Any], env: dict[str, str], logs: Path,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Start one server with one method, run every workload at every concurrency."""
+    model = spec.models[0]
+    if server == "agentserve":
+        serving = _agentserve(spec, args.start_timeout_s, _engine_factory(args.engine, method))
+    else:
+        serving = _vllm_serve(spec, args.start_timeout_s, logs)
+    records = []
+    started = time.perf_counter()
+    with serving as (base, metrics_url):
+        print(f"  {server} {method}:{k} ready in {time.perf_counter() - started:.0f} s", flush=True)
+        warm = next(iter(conversations.values()))[:1]
+        asyncio.run(run_workload(base, model.name, warm, 1, args.max_tokens))
+        for workload, convs in conversations.items():
+            for c in args.concurrency:
+                before = read_spec_counters(metrics_url)
+                replies, wall = asyncio.run(
+                    run_workload(base, model.name, convs, c, args.max_tokens)
+                )
+                time.sleep(args.metrics_settle_s)  # replica stats reach /metrics periodically
+                after = read_spec_counters(metrics_url)
+                counters = {key: after[key] - before[key] for key in after}
+                figures = level_figures(replies, wall)
+                records.append(row(
+                    server=server, method=method, k=k, workload=workload, concurrency=c,
+                    figures=figures, counters=counters, machine=machine, dtype=model.dtype,
+                    engine_env=env, texts=[r.text for r in replies],
+                ))  # fmt: skip
+                tau = records[-1]["tau"]
+                print(
+                    f"    {workload:6s} c={c}: {figures['decode_tokens_per_s']} tok/s decode, "
+                    f"TTFT p50 {figures['ttft_ms_p50']} ms, tau {tau}",
+                    flush=True,
+                )
+    return records
+
+
+def _engine_factory(engine: str, method: str) -> Any:
+    """The replica's engine: vLLM, or the fake (pipeline tests: a method other than none
+    emits two tokens per step, so the pipeline's ratios and rule have something to see)."""
+    if engine == "fake":
+        from agentserve.engine.fake import FakeEngineFactory
+
+        return FakeEngineFactory(token_delay_s=0.01, accept_per_step=1 if method == "none" else 2)
+    from agentserve.serve.replica import default_engine_factory
+
+    return default_engine_factory
+
+
+def run(args: argparse.Namespace) -> int:
+    methods = parse_methods(args.methods)
+    peers = parse_methods(args.peer_methods) if args.peer_methods != "" else []
+    if args.engine != "vllm" and peers:
+        raise SystemExit("--peer-methods needs --engine vllm (pass --peer-methods '')")
+    machine = read_cpu_info().as_dict()
+    env = engine_environment()
+    started = time.perf_counter()
+    print(f"machine: {read_cpu_info().describe()}; engine environment {env}", flush=True)
+    conversations = {w: workload_messages(w, args.num_prompts) for w in args.workloads}
+    port = args.port
+    records: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-served-") as logs:
+        plan = [("agentserve", m, k) for m, k in methods]
+        plan += [("vllm_serve", m, k) for m, k in peers]
+        for server, method, k in plan:
+            spec = bench_spec(
+                method, k, port, max(args.concurrency), args.dtype, engine=args.engine
+            )
+            records += _measure(
+                server, method, k, spec, args, conversations, machine, env, Path(logs)
+            )
+    default, scores = served_default(fill_ratios(records, None))
+    records = fill_ratios(records, default)
+    command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    out = write_served(
+        records, scores, default, Path(args.docs), command=command,
+        wall_s=time.perf_counter() - started, machine=machine,
+    )  # fmt: skip
+    print(f"default by the served rule: {default}; scores {scores}")
+    print(f"written: {', '.join(map(str, out))}")
+    return 0
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def add_parser(kinds: argparse._SubParsersAction) -> None:
+    from agentserve_bench.report import default_docs
+
+    p = kinds.add_parser(
+        "speculative-served",
+        help="speculation through the served HTTP API (agentserve up and vLLM's server): "
+        "decode tokens/s, TTFT, tau, greedy texts vs plain; picks the default method",
+        description="Starts the app `agentserve up` serves once per method, and vLLM's own "
+        "server for plain decoding, with the same engine arguments and environment; sends "
+        "held-out coding and agent conversations (never HumanEval or the standard library) at "
+        "each concurrency; writes the served rows of docs/benchmarks/speculative.json and the "
+        "served table at the top of docs/benchmarks.md. Run it with nothing else on the "
+        "machine: the ratios are only as good as the quiet.",
+    )
+    p.add_argument(
+        "--methods",
+        default="ngram:4,dflash:3",
+        help="comma list of METHOD[:k] served by agentserve; plain decoding (none) always runs "
+        "first (default: %(default)s)",
+    )
+    p.add_argument(
+        "--peer-methods",
+        default="none",
+        help="methods vLLM's own server runs too ('' for none) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--workloads",
+        type=lambda t: [w for w in t.split(",") if w],
+        default=list(WORKLOADS),
+        help="comma list of coding, agent (default: both)",
+    )
+    p.add_argument("--concurrency", type=_ints, default=[1, 4], help="comma list (default: 1,4)")
+    p.add_argument(
+        "--num-prompts", type=int, default=12, help="conversations per workload (default: 12)"
+    )
+    p.add_argument("--max-tokens", type=int, default=128, help="per request (default: 128)")
+    p.add_argument("--dtype", help="model dtype (default: the spec's)")
+    p.add_argument(
+        "--engine",
+        choices=("vllm", "fake"),
+        default="vllm",
+        help="fake: the whole path with a stand-in engine, for testing the benchmark "
+        "(default: %(default)s)",
+    )
+    p.add_argument("--port", type=int, default=8719, help="agentserve's port (default: 8719)")
+    p.add_argument("--start-timeout-s", type=float, default=900.0, help="(default: 900)")
+    p.add_argument(
+        "--metrics-settle-s",
+        type=float,
+        default=3.0,
+        help="wait before reading counters after a level (default: 3)",
+    )
+    p.add_argument("--docs", type=Path, default=default_docs(), help="(default: %(default)s)")
+    p.set_defaults(handler=run)

@@ -1,0 +1,135 @@
+"""`agentserve bench speculative-served`: the served records, their ratios, the default rule,
+the counters read from /metrics and the written figures (pure parts; the real run is in
+tests/integration/test_bench_served_real.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from agentserve_bench.served_client import Reply, level_figures, parse_spec_counters
+from agentserve_bench.served_report import write_served
+from agentserve_bench.served_rows import fill_ratios, row, served_default
+from agentserve_bench.speculative_served import parse_methods
+
+MACHINE = {"model": "AMD EPYC", "cores": 2, "features": ["avx2"], "cpu_class": "avx2"}
+
+
+def _row(method, workload, c, tps, server="agentserve", k=4, texts=("a", "b"), drafts=0, acc=0):
+    figures = {"decode_tokens_per_s": tps, "throughput_tokens_per_s": tps * c,
+               "ttft_ms_p50": 100.0, "requests": 2, "output_tokens": 10, "wall_s": 1.0}  # fmt: skip
+    counters = {"drafts": drafts, "draft_tokens": drafts * k, "accepted_tokens": acc}
+    return row(server=server, method=method, k=0 if method == "none" else k, workload=workload,
+               concurrency=c, figures=figures, counters=counters, machine=MACHINE,
+               dtype="bfloat16", engine_env={}, texts=list(texts))  # fmt: skip
+
+
+def _grid(speedups: dict[str, dict[tuple[str, int], float]]) -> list[dict]:
+    rows = []
+    for w in ("coding", "agent"):
+        for c in (1, 4):
+            rows.append(_row("none", w, c, 20.0))
+            for method, by_cell in speedups.items():
+                rows.append(_row(method, w, c, 20.0 * by_cell[(w, c)]))
+    return rows
+
+
+def _all(x: float) -> dict[tuple[str, int], float]:
+    return {(w, c): x for w in ("coding", "agent") for c in (1, 4)}
+
+
+@pytest.mark.parametrize(
+    ("speedups", "want"),
+    [
+        ({"ngram": _all(0.77), "dflash": _all(0.48)}, "none"),  # nothing pays: plain
+        ({"ngram": _all(1.3), "dflash": _all(1.5)}, "dflash"),
+        # fastest on average but slower under load: not the default
+        ({"ngram": _all(1.2), "dflash": {**_all(2.0), ("agent", 4): 0.9}}, "ngram"),
+        # a c=1 gain within noise does not make a default
+        ({"ngram": _all(1.03)}, "none"),
+        ({"ngram": {**_all(1.2), ("coding", 1): 1.02}}, "none"),
+    ],
+)
+def test_served_default_rule(speedups, want):
+    records = fill_ratios(_grid(speedups), None)
+    assert served_default(records)[0] == want
+
+
+def test_only_agentserve_rows_decide_the_default():
+    rows = _grid({"ngram": _all(0.8)})
+    rows += [
+        _row("none", w, c, 10.0, server="vllm_serve") for w in ("coding", "agent") for c in (1, 4)
+    ]
+    rows += [
+        _row("ngram", w, c, 30.0, server="vllm_serve") for w in ("coding", "agent") for c in (1, 4)
+    ]
+    assert served_default(fill_ratios(rows, None))[0] == "none"
+
+
+def test_ratios_identity_tau_and_default_flag():
+    rows = [
+        _row("none", "coding", 1, 20.0, texts=("x", "y")),
+        _row("ngram", "coding", 1, 30.0, texts=("x", "z"), drafts=10, acc=15),
+        _row("none", "coding", 1, 25.0, server="vllm_serve"),
+    ]
+    out = fill_ratios(rows, "ngram")
+    ngram = out[1]
+    assert ngram["speedup_vs_plain"] == 1.5 and ngram["greedy_identical"] == "1/2"
+    assert ngram["tau"] == 2.5 and ngram["acceptance_rate"] == 0.375
+    assert [r["default"] for r in out] == [False, True, False]
+    assert out[2]["speedup_vs_plain"] == 1.0  # vs its own server's plain row
+    assert out[0]["tau"] == 1.0
+
+
+def test_methods_always_start_with_plain():
+    assert parse_methods("ngram:4,dflash:3") == [("none", 0), ("ngram", 4), ("dflash", 3)]
+    assert parse_methods("none,ngram") == [("none", 0), ("ngram", 4)]
+    with pytest.raises(SystemExit, match="bad k"):
+        parse_methods("ngram:x")
+
+
+def test_counters_from_both_servers_metrics():
+    vllm = (
+        "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 12.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 30.0\n'
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 48.0\n'
+    )
+    ours = (
+        'agentserve_spec_decode_drafts_total{model="a"} 3\n'
+        'agentserve_spec_decode_drafts_total{model="b"} 4\n'
+        'agentserve_spec_decode_accepted_tokens_total{model="a"} 5\n'
+        'agentserve_spec_decode_acceptance_length{model="a"} 2.5\n'
+    )
+    assert parse_spec_counters(vllm) == {"drafts": 12, "draft_tokens": 48, "accepted_tokens": 30}
+    assert parse_spec_counters(ours) == {"drafts": 7, "draft_tokens": 0, "accepted_tokens": 5}
+
+
+def test_level_figures_use_the_callers_clock():
+    replies = [
+        Reply(0.0, 0.5, 2.5, 21, "t"),
+        Reply(0.0, 0.3, 1.3, 11, "u"),
+        Reply(0.0, None, None, 0, ""),
+    ]
+    f = level_figures(replies, wall_s=4.0)
+    assert f["decode_tokens_per_s"] == 10.0 and f["ttft_ms_p50"] == 400.0
+    assert f["throughput_tokens_per_s"] == 8.0 and f["requests"] == 3
+
+
+def test_written_rows_replace_only_served_rows_and_lead_the_doc(tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    old = [{"path": "offline", "method": "none"}, {"test": "sampling"}, {"path": "served", "x": 1}]
+    (tmp_path / "benchmarks" / "speculative.json").write_text(json.dumps(old))
+    (tmp_path / "benchmarks.md").write_text(
+        "# Benchmarks\n\nintro\n\n<!-- speculative:begin -->\nold\n<!-- speculative:end -->\n"
+    )
+    records = fill_ratios(_grid({"ngram": _all(0.8)}), "none")
+    default, scores = served_default(records)
+    write_served(records, scores, default, tmp_path, command="agentserve bench x", wall_s=1.0,
+                 machine=MACHINE)  # fmt: skip
+    saved = json.loads((tmp_path / "benchmarks" / "speculative.json").read_text())
+    assert saved[:2] == old[:2] and len(saved) == 2 + len(records)
+    assert all("texts" not in r and len(r["text_digests"]) == 2 for r in saved[2:])
+    doc = (tmp_path / "benchmarks.md").read_text()
+    assert doc.index("speculative-served:begin") < doc.index("speculative:begin")
+    assert "Default for CPU class `avx2`: none" in doc
