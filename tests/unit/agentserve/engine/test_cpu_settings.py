@@ -1,0 +1,91 @@
+"""The CPU engine's environment (engine/cpu_settings.py) and the machine facts it is chosen
+for (engine/cpu_info.py): table tests, no vLLM."""
+
+from __future__ import annotations
+
+import pytest
+from agentserve.engine.cpu_info import CpuInfo, cpu_class, parse_cpuinfo
+from agentserve.engine.cpu_settings import engine_environment, iomp_library, omp_bind
+
+EPYC_AVX2 = """processor\t: 0
+model name\t: AMD EPYC
+flags\t\t: fpu sse sse2 avx f16c fma avx2 bmi2
+processor\t: 1
+model name\t: AMD EPYC
+flags\t\t: fpu sse sse2 avx f16c fma avx2 bmi2
+"""
+XEON_AMX = """model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile amx_int8
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "model", "features", "klass"),
+    [
+        (EPYC_AVX2, "AMD EPYC", ("avx2",), "avx2"),
+        (XEON_AMX, "Intel(R) Xeon(R) Platinum 8480+",
+         ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"), "amx"),
+        ("model name: X\nflags: avx2 avx512f\n", "X", ("avx2", "avx512f"), "avx512"),
+        ("model name: X\nflags: avx2 avx512f avx512_bf16\n", "X",
+         ("avx2", "avx512f", "avx512_bf16"), "avx512_bf16"),
+        ("", "unknown CPU", (), "other"),
+    ],
+)  # fmt: skip
+def test_cpuinfo_is_read_into_features_and_class(text, model, features, klass):
+    got_model, got_features = parse_cpuinfo(text)
+    assert (got_model, got_features) == (model, features)
+    assert cpu_class(got_features) == klass
+
+
+def test_describe_says_when_there_are_no_bf16_instructions():
+    assert "no bf16" in CpuInfo("AMD EPYC", 2, ("avx2",)).describe()
+    assert "no bf16" not in CpuInfo("Xeon", 8, ("avx2", "avx512_bf16")).describe()
+    assert CpuInfo("AMD EPYC", 2, ("avx2",)).as_dict()["cpu_class"] == "avx2"
+
+
+@pytest.mark.parametrize(
+    ("policy", "cores", "bind"),
+    [
+        ("reserve", [0, 1], "1"),
+        ("reserve", [0, 1, 2, 3], "1,2,3"),
+        ("reserve", [2, 5, 3], "3,5"),  # the lowest usable core is left to the platform
+        ("reserve", [0], "0"),  # one core: nothing to leave
+        ("all", [0, 1], "0,1"),
+        ("auto", [0, 1], "auto"),
+        ("reserve", [], "auto"),
+    ],
+)
+def test_omp_binding_per_policy(policy, cores, bind):
+    assert omp_bind(policy, cores) == bind
+
+
+def test_an_unknown_policy_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="reserve, all, auto"):
+        omp_bind("half", [0, 1])
+
+
+def test_environment_fills_only_what_is_unset(tmp_path):
+    iomp = tmp_path / "libiomp5.so"
+    iomp.write_bytes(b"")
+    env = engine_environment({}, cores=[0, 1], iomp=iomp)
+    assert env == {
+        "VLLM_CPU_KVCACHE_SPACE": "4",
+        "VLLM_CPU_OMP_THREADS_BIND": "1",
+        "LD_PRELOAD": str(iomp),
+    }
+    user = {"VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_KVCACHE_SPACE": "8", "LD_PRELOAD": "/x.so"}
+    assert engine_environment(user, cores=[0, 1], iomp=iomp) == {"LD_PRELOAD": f"/x.so:{iomp}"}
+    # an OpenMP the user preloads (GNU or LLVM) is kept: two OpenMP runtimes cannot mix
+    assert "LD_PRELOAD" not in engine_environment({"LD_PRELOAD": "/l/libgomp.so"}, [0, 1], iomp)
+    assert engine_environment({"AGENTSERVE_CPU_BIND": "all"}, [0, 1], None) == {
+        "VLLM_CPU_KVCACHE_SPACE": "4",
+        "VLLM_CPU_OMP_THREADS_BIND": "0,1",
+    }
+    assert "LD_PRELOAD" not in engine_environment({"AGENTSERVE_CPU_IOMP": "0"}, [0, 1], iomp)
+
+
+def test_iomp_is_found_in_an_environment_prefix(tmp_path):
+    assert iomp_library(str(tmp_path)) is None
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libiomp5.so").write_bytes(b"")
+    assert iomp_library(str(tmp_path)) == tmp_path / "lib" / "libiomp5.so"
