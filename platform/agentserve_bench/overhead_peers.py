@@ -75,7 +75,11 @@ def vllm_server(
     base = f"http://127.0.0.1:{port}"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
     try:
         wait_models(base, start_timeout_s, proc, log_path)

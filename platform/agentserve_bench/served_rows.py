@@ -41,6 +41,7 @@ def row(
     dtype: str,
     engine_env: dict[str, str],
     texts: list[str],
+    settings: str = "default",
 ) -> dict[str, Any]:
     """One served record (speedup and identity are filled by `fill_ratios`)."""
     drafts = counters.get("drafts", 0.0)
@@ -62,22 +63,21 @@ def row(
         "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
         "drafts": int(drafts),
         "machine": machine,
+        "settings": settings,
         "engine_env": engine_env,
         "texts": texts,
     }
 
 
 def fill_ratios(records: list[dict[str, Any]], default_method: str | None) -> list[dict[str, Any]]:
-    """Each record with `speedup_vs_plain` (decode tokens/s over the same server's "none"
-    record at the same workload and concurrency, same run), `throughput_vs_plain`,
-    `greedy_identical` ("i/n" replies equal to plain's) and `default` (the method
-    `agentserve up` uses, on the agentserve rows)."""
-    plain = {
-        (r["server"], r["workload"], r["concurrency"]): r for r in records if r["method"] == "none"
-    }
+    """Each record with `speedup_vs_plain` (decode tokens/s over the "none" record of the
+    same server and engine settings at the same workload and concurrency, same run),
+    `throughput_vs_plain`, `greedy_identical` ("i/n" replies equal to plain's) and `default`
+    (the method `agentserve up` uses, on the agentserve rows with the default settings)."""
+    plain = {_cell(r): r for r in records if r["method"] == "none"}
     out = []
     for r in records:
-        base = plain.get((r["server"], r["workload"], r["concurrency"]))
+        base = plain.get(_cell(r))
         extra: dict[str, Any] = {"speedup_vs_plain": None, "throughput_vs_plain": None}
         if base is not None:
             extra["speedup_vs_plain"] = _ratio(
@@ -89,9 +89,19 @@ def fill_ratios(records: list[dict[str, Any]], default_method: str | None) -> li
             same = sum(a == b for a, b in zip(r["texts"], base["texts"], strict=False))
             extra["greedy_identical"] = f"{same}/{len(base['texts'])}"
         want = default_method or "none"
-        extra["default"] = r["server"] == "agentserve" and r["method"] == want
+        extra["default"] = _deciding(r) and r["method"] == want
         out.append({**r, **extra})
     return out
+
+
+def _cell(r: dict[str, Any]) -> tuple:
+    return (r["server"], r.get("settings", "default"), r["workload"], r["concurrency"])
+
+
+def _deciding(r: dict[str, Any]) -> bool:
+    """A record the default is decided from: agentserve, served, the default settings."""
+    served = r.get("path") == "served" and r.get("server") == "agentserve"
+    return served and r.get("settings", "default") == "default"
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -103,7 +113,7 @@ def method_scores(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]
     over workloads and concurrencies, and whether it passes the default's bar."""
     cells: dict[tuple[str, int], dict[tuple[str, int], float]] = {}
     for r in records:
-        if r.get("path") != "served" or r.get("server") != "agentserve" or r["method"] == "none":
+        if not _deciding(r) or r["method"] == "none":
             continue
         if r.get("speedup_vs_plain") is None:
             continue

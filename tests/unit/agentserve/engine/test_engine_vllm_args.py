@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from agentserve.engine.vllm_args import DrafterMissingError, engine_kwargs, speculative_config
+from agentserve.engine.vllm_args import (
+    DrafterMissingError,
+    engine_kwargs,
+    exports_vllm_metrics,
+    speculative_config,
+)
 from agentserve.spec import DeploymentSpec
 
 
@@ -160,3 +165,16 @@ def test_speculative_methods_are_validated(source, drafter, message):
 
     with pytest.raises(ValidationError, match=message):
         _drafter_model(source=source, **drafter)
+
+
+@pytest.mark.parametrize(
+    ("environ", "exported"),
+    [
+        ({}, False),  # embedded `up`: agentserve's own /metrics
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, True),  # a pod: Ray's metrics port
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "AGENTSERVE_VLLM_METRICS": "0"}, False),
+        ({"AGENTSERVE_VLLM_METRICS": "1"}, True),
+    ],
+)
+def test_vllm_metrics_reach_rays_metrics_port_in_a_pod(environ, exported):
+    assert exports_vllm_metrics(environ) is exported
