@@ -247,5 +247,5 @@ def exports_vllm_metrics(environ: Mapping[str, str] | None = None) -> bool:
     environ = os.environ if environ is None else environ
     forced = environ.get("AGENTSERVE_VLLM_METRICS")
     if forced is not None:
-        return forced not in ("0", "false", "")
+        return forced.strip().lower() not in ("0", "false", "no", "off", "")
     return "KUBERNETES_SERVICE_HOST" in environ

@@ -53,6 +53,7 @@ __all__ = [
     "continuation_body",
     "deltas_from_sse",
     "request_error_from_vllm",
+    "stat_loggers",
 ]
 
 log = logging.getLogger(__name__)
@@ -110,11 +111,9 @@ class VLLMEngine:
         kwargs = await asyncio.to_thread(engine_kwargs, self.spec, model_dir, **self._overrides)
         engine_args = AsyncEngineArgs(**kwargs)
         self._watch_steps = not kwargs.get("disable_log_stats")  # steps come with stats
-        loggers = [vllm_stat_logger(self._by_batch, on_step=self._progress.step)]
-        if exports_vllm_metrics():
-            from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
-
-            loggers.append(RayPrometheusStatLogger)  # vllm:* as ray_vllm_* on the metrics port
+        loggers = stat_loggers(
+            vllm_stat_logger(self._by_batch, on_step=self._progress.step), exports_vllm_metrics()
+        )
         if needs_placement_group(kwargs):  # TP x PP > 1: workers in the replica's bundles
             config = await asyncio.to_thread(config_in_placement_group, engine_args)
             self._client = AsyncLLM.from_vllm_config(config, stat_loggers=loggers)
@@ -208,6 +207,19 @@ class VLLMEngine:
         if self._client is not None:
             self._client.shutdown()
             self._client = None
+
+
+def stat_loggers(ours: Any, export: bool) -> list[Any]:
+    """AsyncLLM's stat-logger factories: ours (acceptance by batch, step progress), and with
+    `export` vLLM's Ray logger (vllm:* as ray_vllm_* on Ray's metrics port) beside vLLM's
+    own Prometheus logger, which `stats()` reads and which vLLM leaves out once any
+    Prometheus-type logger is passed."""
+    if not export:
+        return [ours]
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+    from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
+
+    return [ours, PrometheusStatLogger, RayPrometheusStatLogger]
 
 
 def _streaming_body(body: Any, request_id: str) -> Any:

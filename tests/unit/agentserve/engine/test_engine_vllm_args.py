@@ -178,3 +178,17 @@ def test_speculative_methods_are_validated(source, drafter, message):
 )
 def test_vllm_metrics_reach_rays_metrics_port_in_a_pod(environ, exported):
     assert exports_vllm_metrics(environ) is exported
+    assert exports_vllm_metrics({"AGENTSERVE_VLLM_METRICS": "False"}) is False
+
+
+def test_exporting_keeps_vllms_own_prometheus_logger_that_stats_reads():
+    pytest.importorskip("vllm")
+    from agentserve.engine.vllm_engine import stat_loggers
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+    from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
+
+    ours = object()
+    assert stat_loggers(ours, export=False) == [ours]
+    exported = stat_loggers(ours, export=True)
+    assert exported[0] is ours and PrometheusStatLogger in exported
+    assert RayPrometheusStatLogger in exported
