@@ -9,9 +9,11 @@ Supported (docs/kubernetes.md, "Supported KubeRay versions"):
 | 1.5.x   | authOptions                                 | token auth (authOptions mode token)  |
 | 1.6.x   | authOptions, rayClusterConfig.upgradeStrategy | token auth                         |
 
-Anything older (no spec.upgradeStrategy in the RayService CRD: KubeRay < 1.3) is refused
-with a message naming the versions above. A newer KubeRay whose CRD has every 1.6 field is
-rendered for as 1.6 (ray.io/v1 only ever gains optional fields).
+Anything older is refused with a message naming the versions above: a RayService CRD without
+rayClusterConfig.autoscalerOptions.version, the one field KubeRay 1.4 added to it outside pod
+templates (1.3 already has spec.upgradeStrategy, so that field cannot tell them apart).
+A newer KubeRay whose CRD has every 1.6 field is rendered for as 1.6 (ray.io/v1 only ever
+gains optional fields).
 """
 
 from __future__ import annotations
@@ -72,14 +74,15 @@ def resolve(named: str | None, crd: dict[str, Any] | None) -> KubeRay:
 def from_crd(crd: dict[str, Any]) -> KubeRay:
     """The supported KubeRay whose RayService schema `crd` (the installed
     CustomResourceDefinition rayservices.ray.io) matches; raises UnsupportedKubeRay."""
-    spec = _v1_spec_properties(crd)
-    if spec is None or "upgradeStrategy" not in spec:
+    spec = _v1_spec_properties(crd) or {}
+    cluster = (spec.get("rayClusterConfig") or {}).get("properties") or {}
+    autoscaler = (cluster.get("autoscalerOptions") or {}).get("properties") or {}
+    if "upgradeStrategy" not in spec or "version" not in autoscaler:
         raise UnsupportedKubeRay(
             "the installed KubeRay is older than 1.4 (its RayService CRD has no ray.io/v1 "
-            f"spec.upgradeStrategy): install KubeRay {', '.join(SUPPORTED)} (see "
-            "docs/kubernetes.md, Supported KubeRay versions)"
+            "spec.rayClusterConfig.autoscalerOptions.version): install KubeRay "
+            f"{', '.join(SUPPORTED)} (see docs/kubernetes.md, Supported KubeRay versions)"
         )
-    cluster = (spec.get("rayClusterConfig") or {}).get("properties") or {}
     if "authOptions" not in cluster:
         return KubeRay("1.4")
     return KubeRay("1.6" if "upgradeStrategy" in cluster else "1.5")

@@ -31,6 +31,21 @@ def test_a_crd_older_than_1_4_is_refused():
         kr.from_crd(old)
 
 
+def test_kuberay_1_3_is_refused():
+    """KubeRay 1.3's RayService CRD already has spec.upgradeStrategy; the one field 1.4
+    added (v1.3.2 -> v1.4.2, outside pod templates) is rayClusterConfig.autoscalerOptions
+    .version: the 1.4.2 CRD without it is 1.3's schema as far as detection goes."""
+    old = copy.deepcopy(kuberay_crds.crd("1.4"))
+    for v in old["spec"]["versions"]:
+        spec = v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        options = spec["rayClusterConfig"]["properties"]["autoscalerOptions"]["properties"]
+        options.pop("version", None)
+    assert "upgradeStrategy" in old["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
+        "properties"]["spec"]["properties"]  # fmt: skip
+    with pytest.raises(kr.UnsupportedKubeRay, match=r"older than 1\.4.*1\.4, 1\.5, 1\.6"):
+        kr.from_crd(old)
+
+
 def test_a_named_version_wins_and_an_unknown_one_is_refused():
     assert kr.resolve("v1.4.2", kuberay_crds.crd("1.6")) == kr.KubeRay("1.4")
     assert kr.resolve(None, None) == kr.KubeRay(kr.DEFAULT)
