@@ -22,6 +22,7 @@ from typing import Any
 
 import kopf
 
+from agentserve_operator import kuberay as kr
 from agentserve_operator import resource as r
 from agentserve_operator.metrics import OperatorMetrics
 from agentserve_operator.reconcile import (
@@ -45,11 +46,12 @@ def _now() -> str:
 
 
 def run_reconcile(cluster: Cluster, metrics: OperatorMetrics, body: Any,
-                  logger: logging.Logger | logging.LoggerAdapter) -> ReconcileResult:  # fmt: skip
+                  logger: logging.Logger | logging.LoggerAdapter,
+                  kuberay: kr.Detector | None = None) -> ReconcileResult:  # fmt: skip
     """Reconcile one CR body, counting outcomes; API failures -> kopf.TemporaryError."""
     with metrics.timed():
         try:
-            result = reconcile(cluster, _plain(body), _now())
+            result = reconcile(cluster, _plain(body), _now(), kuberay)
         except RetriableClusterError as err:
             metrics.reconciles.labels("retry").inc()
             raise kopf.TemporaryError(str(err), delay=RETRY_DELAY_S) from err
@@ -85,6 +87,13 @@ async def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, agentserves
     )
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=r.GROUP)
     memo.cluster = KubeCluster()
+    memo.kuberay = kr.Detector(memo.cluster.read_crd)  # shared: the CRD read once per TTL
+    try:
+        logger.info("KubeRay %s detected", memo.kuberay.installed().version)
+    except kr.UnsupportedKubeRay as err:
+        logger.warning("%s", err)
+    except ClusterError as err:  # retried by the first reconcile
+        logger.warning("KubeRay not detected yet: %s", err)
     memo.metrics = OperatorMetrics()
     memo.metrics.serve(int(os.environ.get("AGENTSERVE_OPERATOR_METRICS_PORT", "9090")))
     index = agentserves  # kopf fills it from its watch; safe to read from a task
@@ -112,7 +121,7 @@ def _probe(memo: kopf.Memo, **_: Any) -> float:
 @kopf.on.update(r.GROUP, r.VERSION, r.PLURAL)
 @kopf.on.resume(r.GROUP, r.VERSION, r.PLURAL)
 def _on_change(body: kopf.Body, memo: kopf.Memo, logger: Any, **_: Any) -> None:
-    result = run_reconcile(memo.cluster, memo.metrics, body, logger)
+    result = run_reconcile(memo.cluster, memo.metrics, body, logger, getattr(memo, "kuberay", None))
     if result.error is not None:
         raise kopf.PermanentError(str(result.error))
 
@@ -120,6 +129,6 @@ def _on_change(body: kopf.Body, memo: kopf.Memo, logger: Any, **_: Any) -> None:
 def _resync(body: Any, memo: kopf.Memo, logger: Any, **_: Any) -> None:
     """Level-based resync of one CR: recreates deleted children, reverts edits, refreshes
     status. Called by resync.py's loop (not a kopf timer: see the module docstring)."""
-    result = run_reconcile(memo.cluster, memo.metrics, body, logger)
+    result = run_reconcile(memo.cluster, memo.metrics, body, logger, getattr(memo, "kuberay", None))
     if result.error is not None:
         logger.warning("invalid spec: %s", result.error)

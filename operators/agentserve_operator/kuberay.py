@@ -18,13 +18,17 @@ gains optional fields).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
     "DEFAULT",
+    "DETECT_TTL_S",
     "RAYSERVICE_CRD",
     "SUPPORTED",
+    "Detector",
     "KubeRay",
     "UnsupportedKubeRay",
     "from_crd",
@@ -34,6 +38,7 @@ __all__ = [
 RAYSERVICE_CRD = "rayservices.ray.io"
 SUPPORTED: tuple[str, ...] = ("1.4", "1.5", "1.6")
 DEFAULT = "1.6"  # no RayService CRD readable: render for the newest (apply then names why)
+DETECT_TTL_S = 600.0  # how long a detected KubeRay version is trusted (upgrades under us)
 Version = Literal["1.4", "1.5", "1.6"]
 UPGRADE_TYPES: dict[str, tuple[str, ...]] = {
     # RayService spec.upgradeStrategy.type values KubeRay's controller accepts (the CRD
@@ -86,6 +91,36 @@ def from_crd(crd: dict[str, Any]) -> KubeRay:
     if "authOptions" not in cluster:
         return KubeRay("1.4")
     return KubeRay("1.6" if "upgradeStrategy" in cluster else "1.5")
+
+
+class Detector:
+    """The installed KubeRay, detected from the RayService CRD (about 1 MB to fetch and
+    parse) at most once per `ttl_s`, not on every reconcile of every CR: a KubeRay upgraded
+    under the running operator is seen within `ttl_s`. An unsupported one is remembered
+    as well; a failed read (API error) is not, it propagates and the next call retries."""
+
+    def __init__(self, read_crd: Callable[[str], dict[str, Any] | None],
+                 ttl_s: float = DETECT_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self._read_crd = read_crd
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._at: float | None = None
+        self._found: KubeRay | str = KubeRay(DEFAULT)  # str: why it is unsupported
+
+    def installed(self) -> KubeRay:
+        """The KubeRay to render for (DEFAULT without a readable CRD); raises
+        UnsupportedKubeRay."""
+        now = self._clock()
+        if self._at is None or now - self._at >= self._ttl_s:
+            try:
+                self._found = resolve(None, self._read_crd(RAYSERVICE_CRD))
+            except UnsupportedKubeRay as err:
+                self._found = str(err)
+            self._at = now
+        if isinstance(self._found, str):
+            raise UnsupportedKubeRay(self._found)
+        return self._found
 
 
 def _check(named: str) -> Version:

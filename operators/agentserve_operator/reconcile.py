@@ -104,8 +104,11 @@ def _reject(cluster: Cluster, cr: dict[str, Any], err: r.InvalidResource,
     return ReconcileResult([], status, err)
 
 
-def reconcile(cluster: Cluster, cr: dict[str, Any], now: str) -> ReconcileResult:
-    """Bring the cluster to the CR's spec and write its status; `now` is RFC 3339 UTC.
+def reconcile(cluster: Cluster, cr: dict[str, Any], now: str,
+              kuberay: kr.Detector | None = None) -> ReconcileResult:  # fmt: skip
+    """Bring the cluster to the CR's spec and write its status; `now` is RFC 3339 UTC;
+    `kuberay` detects the installed KubeRay (the operator shares one, which caches it;
+    None: read the CRD now).
 
     An invalid spec leaves the running children untouched and is reported in status and an
     Event (the result carries the error). API failures raise ClusterError.
@@ -113,11 +116,11 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str) -> ReconcileResult
     previous = ((cr.get("status") or {}).get("conditions")) or []
     try:
         d = load_desired(cluster, cr)
-        kuberay = _kuberay(cluster, d)
+        kuberay_version = _kuberay(cluster, d, kuberay)
     except r.InvalidResource as err:
         return _reject(cluster, cr, err, previous, now)
     monitoring = cluster.crd_exists(MONITORING_CRD)
-    desired = m.children(d, monitoring_available=monitoring, kuberay=kuberay)
+    desired = m.children(d, monitoring_available=monitoring, kuberay=kuberay_version)
     actions = plan(desired, observe(cluster, d, monitoring), d.uid)
     _apply(cluster, actions)
     rayservice = cluster.get(ObjectRef.of(m.rayservice(d)))
@@ -128,13 +131,15 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str) -> ReconcileResult
     return ReconcileResult(actions, status)
 
 
-def _kuberay(cluster: Cluster, d: r.Desired) -> kr.KubeRay:
-    """The KubeRay to render for: kubernetes.kuberay_version, else the installed
-    RayService CRD (read on every reconcile: KubeRay may be upgraded under a running
-    operator). An unsupported one is an InvalidResource naming the supported versions."""
+def _kuberay(cluster: Cluster, d: r.Desired, detector: kr.Detector | None) -> kr.KubeRay:
+    """The KubeRay to render for: kubernetes.kuberay_version, else the installed one
+    (`detector`'s, cached for its TTL: KubeRay may be upgraded under a running operator).
+    An unsupported one is an InvalidResource naming the supported versions."""
     named = d.kube.kuberay_version
     try:
-        return kr.resolve(named, None if named else cluster.read_crd(kr.RAYSERVICE_CRD))
+        if named:
+            return kr.resolve(named, None)
+        return (detector or kr.Detector(cluster.read_crd)).installed()
     except kr.UnsupportedKubeRay as err:
         raise r.InvalidResource(
             f"invalid AgentServe: {err}", [("kubernetes.kuberay_version", str(err))]

@@ -1,0 +1,83 @@
+"""The installed KubeRay is detected from its ~1 MB RayService CRD once, then again only
+after a TTL: reconciling every CR every 30 s must not read and parse the CRD each time
+(review of issue 28, item 4)."""
+
+from __future__ import annotations
+
+import copy
+
+import kuberay_crds
+import pytest
+from agentserve_operator import kuberay as kr
+from agentserve_operator.fake import FakeCluster
+from agentserve_operator.reconcile import reconcile
+from operator_cases import SECRET, gpu_cr
+
+T0 = "2030-01-01T00:00:00Z"
+
+
+class CountingCluster(FakeCluster):
+    """FakeCluster that counts CRD reads."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.crd_reads = 0
+
+    def read_crd(self, name: str):
+        self.crd_reads += 1
+        return super().read_crd(name)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _cluster(version: str) -> CountingCluster:
+    crd = copy.deepcopy(kuberay_crds.crd(version))
+    cluster = CountingCluster(crd_bodies={kr.RAYSERVICE_CRD: crd})
+    cluster.put(SECRET)
+    return cluster
+
+
+def test_reconciles_share_one_crd_read_until_the_ttl_passes():
+    cluster, clock = _cluster("1.4"), Clock()
+    detector = kr.Detector(cluster.read_crd, ttl_s=600, clock=clock)
+    cr = cluster.put(gpu_cr())
+    for _ in range(5):
+        assert reconcile(cluster, cr, T0, kuberay=detector).error is None
+    assert cluster.crd_reads == 1
+    rs = cluster.find("RayService", "demo")
+    assert "authOptions" not in rs["spec"]["rayClusterConfig"]  # rendered for 1.4
+    # KubeRay upgraded under the running operator: seen once the TTL has passed
+    cluster.crd_bodies[kr.RAYSERVICE_CRD] = kuberay_crds.crd("1.6")
+    clock.t = 599
+    assert detector.installed() == kr.KubeRay("1.4") and cluster.crd_reads == 1
+    clock.t = 600
+    assert detector.installed() == kr.KubeRay("1.6") and cluster.crd_reads == 2
+
+
+def test_an_unsupported_kuberay_is_cached_too_and_a_named_version_reads_nothing():
+    cluster, clock = _cluster("1.4"), Clock()
+    cluster.crd_bodies[kr.RAYSERVICE_CRD]["spec"]["versions"] = []  # no ray.io/v1: too old
+    detector = kr.Detector(cluster.read_crd, ttl_s=600, clock=clock)
+    for _ in range(3):
+        with pytest.raises(kr.UnsupportedKubeRay, match=r"older than 1\.4"):
+            detector.installed()
+    assert cluster.crd_reads == 1
+    cr = gpu_cr()
+    cr["spec"]["kubernetes"]["kuberay_version"] = "1.5"
+    fresh = _cluster("1.6")
+    result = reconcile(fresh, fresh.put(cr), T0, kuberay=kr.Detector(fresh.read_crd))
+    assert result.error is None and fresh.crd_reads == 0
+
+
+def test_without_a_detector_each_reconcile_reads_the_crd():
+    cluster = _cluster("1.5")
+    cr = cluster.put(gpu_cr())
+    reconcile(cluster, cr, T0)
+    reconcile(cluster, cr, T0)
+    assert cluster.crd_reads == 2
