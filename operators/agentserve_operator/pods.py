@@ -279,7 +279,14 @@ def worker_group(d: r.Desired, model: ModelSpec) -> dict[str, Any]:
     caps = ("IPC_LOCK",) if rs.ipc_lock else ()
     resources = {"requests": size, "limits": dict(size)}
     container = _container(d, "ray-worker", resources, worker=True, capabilities_add=caps)
-    container["ports"] = [{"name": "metrics", "containerPort": RAY_METRICS_PORT}]
+    # `serve`: KubeRay's worker readiness probe checks the Serve proxy on the container port
+    # of that name (else 8000). A worker without a proxy (in a replica spread over pods,
+    # every pod but the replica's own) stays unready: KubeRay's serve Service selects every
+    # Ready worker, so Ready must mean "takes traffic" (status counts such replicas).
+    container["ports"] = [
+        {"name": "serve", "containerPort": d.spec.server.port},
+        {"name": "metrics", "containerPort": RAY_METRICS_PORT},
+    ]
     spec = _scheduling(rs.node_selector, rs.tolerations, rs.affinity)
     if d.kube.runtime_class_name:
         spec["runtimeClassName"] = d.kube.runtime_class_name

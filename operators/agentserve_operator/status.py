@@ -14,7 +14,13 @@ from agentserve.serve.names import deployment_name
 from agentserve_operator import manifests as m
 from agentserve_operator import resource as r
 
-__all__ = ["Observation", "compute_status", "invalid_status", "ready_replicas"]
+__all__ = [
+    "Observation",
+    "active_cluster",
+    "compute_status",
+    "invalid_status",
+    "ready_replicas",
+]
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,18 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def _pod_running(pod: dict[str, Any]) -> bool:
+    return pod.get("status", {}).get("phase") == "Running"
+
+
+def active_cluster(rs: dict[str, Any] | None) -> str | None:
+    """The Ray cluster serving the RayService's traffic (KubeRay's
+    status.activeServiceStatus.rayClusterName); None before KubeRay makes one active.
+    A NewCluster upgrade's pending cluster is in pendingServiceStatus and serves nothing."""
+    active = ((rs or {}).get("status") or {}).get("activeServiceStatus") or {}
+    return active.get("rayClusterName") or None
+
+
 def rayservice_ready(rs: dict[str, Any] | None) -> bool:
     """KubeRay >= 1.3 sets condition Ready; older versions serviceStatus Running."""
     if rs is None:
@@ -61,29 +79,38 @@ def _app_status(rs: dict[str, Any] | None, app: str) -> dict[str, Any]:
     return (active.get("applicationStatuses") or {}).get(app) or {}
 
 
-def ready_replicas(ready_pods: int, nodes_per_replica: int) -> int:
-    """Serving replicas a worker group's ready pods make: a TP x PP replica spans
-    `nodes_per_replica` pods and serves only when all of them are ready, so it counts once."""
-    return ready_pods // max(1, nodes_per_replica)
+def ready_replicas(ready_pods: int, running_pods: int, nodes_per_replica: int) -> int:
+    """Serving replicas of a worker group. A pod is Ready only with a Serve proxy, which
+    Ray Serve runs only on nodes holding a replica (KubeRay's worker readiness probe checks
+    it): a replica over `nodes_per_replica` pods has one Ready pod, its own, and serves only
+    while all its pods run. So: Ready pods, bounded by the whole replicas running pods make."""
+    return min(ready_pods, running_pods // max(1, nodes_per_replica))
 
 
 def model_statuses(d: r.Desired, obs: Observation) -> list[dict[str, Any]]:
-    """Per model: ready replicas (whole replicas of its worker group's ready pods), bounds,
-    Serve deployment status."""
+    """Per model: ready replicas (ready_replicas over the active Ray cluster's pods of its
+    worker group), bounds, Serve deployment status."""
     app = _app_status(obs.rayservice, d.spec.name)
     deployments = app.get("serveDeploymentStatuses") or {}
+    cluster = active_cluster(obs.rayservice)
     out = []
     for model in d.spec.models:
         group = m.worker_group_name(model.name)
-        pods = sum(
-            1
+        pods = [
+            p
             for p in obs.pods
-            if p.get("metadata", {}).get("labels", {}).get(m.LABEL_MODEL) == group and _pod_ready(p)
-        )
+            if (labels := p.get("metadata", {}).get("labels", {})).get(m.LABEL_MODEL) == group
+            and cluster is not None
+            and labels.get("ray.io/cluster") == cluster
+        ]
+        ready = ready_replicas(
+            sum(map(_pod_ready, pods)), sum(map(_pod_running, pods)),
+            model.replicas.nodes_per_replica,
+        )  # fmt: skip
         serve = deployments.get(deployment_name(model.name)) or {}
         out.append({
             "name": model.name,
-            "readyReplicas": ready_replicas(pods, model.replicas.nodes_per_replica),
+            "readyReplicas": ready,
             "minReplicas": model.replicas.min_replicas,
             "maxReplicas": model.replicas.max_replicas,
             "deploymentStatus": serve.get("status", "Unknown"),

@@ -30,15 +30,18 @@ def make_ready(cluster, ready_pods=1):
     group = m.worker_group_name("qwen3-8b")
     rs["status"] = {
         "conditions": [{"type": "Ready", "status": "True"}],
-        "activeServiceStatus": {"applicationStatuses": {"demo": {
+        "activeServiceStatus": {"rayClusterName": "demo-raycluster-1",
+                                "applicationStatuses": {"demo": {
             "status": "RUNNING",
             "serveDeploymentStatuses": {"model-qwen3-8b": {"status": "HEALTHY"}}}}},
     }  # fmt: skip
     for i in range(ready_pods):
-        labels = {m.LABEL_DEPLOYMENT: "demo", m.LABEL_MODEL: group}
+        labels = {m.LABEL_DEPLOYMENT: "demo", m.LABEL_MODEL: group,
+                  "ray.io/cluster": "demo-raycluster-1"}
         cluster.put({"apiVersion": "v1", "kind": "Pod",
                      "metadata": {"name": f"w{i}", "labels": labels},
-                     "status": {"conditions": [{"type": "Ready", "status": "True"}]}})  # fmt: skip
+                     "status": {"phase": "Running",
+                                "conditions": [{"type": "Ready", "status": "True"}]}})  # fmt: skip
 
 
 def test_create_then_ready_then_idempotent(cluster):

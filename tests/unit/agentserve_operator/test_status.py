@@ -15,12 +15,15 @@ NOW = "2030-01-01T00:00:00Z"
 
 
 @pytest.mark.parametrize(
-    ("ready_pods", "nodes", "replicas"),
-    [(0, 1, 0), (1, 1, 1), (3, 1, 3), (0, 2, 0), (1, 2, 0), (2, 2, 1), (3, 2, 1), (4, 2, 2),
-     (8, 4, 2), (7, 4, 1)],
+    ("ready_pods", "running_pods", "nodes", "replicas"),
+    [(0, 0, 1, 0), (1, 1, 1, 1), (3, 3, 1, 3), (2, 3, 1, 2),
+     # a replica over N pods: only its own pod holds a Serve proxy, so only it is Ready
+     # (KubeRay's worker readiness probe); the replica serves once all N pods run
+     (0, 2, 2, 0), (1, 1, 2, 0), (1, 2, 2, 1), (1, 3, 2, 1), (2, 3, 2, 1), (2, 4, 2, 2),
+     (2, 8, 4, 2), (2, 7, 4, 1), (3, 8, 4, 2)],
 )  # fmt: skip
-def test_ready_replicas_are_whole_replicas(ready_pods, nodes, replicas):
-    assert ready_replicas(ready_pods, nodes) == replicas
+def test_ready_replicas_are_whole_replicas(ready_pods, running_pods, nodes, replicas):
+    assert ready_replicas(ready_pods, running_pods, nodes) == replicas
 
 
 def _desired(nodes: int, min_replicas: int, max_replicas: int) -> r.Desired:
@@ -38,40 +41,70 @@ def _desired(nodes: int, min_replicas: int, max_replicas: int) -> r.Desired:
     return r.desired_from_cr(cr, SECRET["stringData"])
 
 
-def _pod(name: str, group: str, ready: bool) -> dict:
+ACTIVE = "demo-raycluster-abcde"
+R, r_, P = "ready", "running", "pending"  # pod states: Ready; Running, no proxy; Pending
+
+
+def _pod(name: str, group: str, state: str, cluster: str = ACTIVE) -> dict:
     return {
-        "metadata": {"name": name, "labels": {m.LABEL_MODEL: group}},
-        "status": {"conditions": [{"type": "Ready", "status": str(ready)}]},
+        "metadata": {"name": name, "labels": {m.LABEL_MODEL: group, "ray.io/cluster": cluster}},
+        "status": {
+            "phase": "Pending" if state == P else "Running",
+            "conditions": [{"type": "Ready", "status": str(state == R)}],
+        },
     }
 
 
+def _rayservice(active: str | None = ACTIVE, pending: str | None = None) -> dict:
+    status: dict = {"conditions": [{"type": "Ready", "status": "True"}]}
+    if active:
+        status["activeServiceStatus"] = {"rayClusterName": active}
+    if pending:
+        status["pendingServiceStatus"] = {"rayClusterName": pending}
+    return {"status": status}
+
+
 @pytest.mark.parametrize(
-    ("nodes", "bounds", "pods_ready", "column", "model_ready"),
+    ("nodes", "bounds", "pods", "column", "model_ready"),
     [
-        (2, (1, 1), [True, True], "1/1", 1),  # example 07: was "2/1"
-        (2, (1, 1), [True, False], "0/1", 0),  # half a pipeline serves nothing
-        (2, (1, 3), [True, True, True], "1/1-3", 1),
-        (2, (1, 3), [True] * 4, "2/1-3", 2),
-        (1, (1, 4), [True, True, False], "2/1-4", 2),
-        (4, (1, 2), [True] * 8, "2/1-2", 2),
+        (2, (1, 1), [R, r_], "1/1", 1),  # example 07: was "2/1"; its 2nd pod has no proxy
+        (2, (1, 1), [R, P], "0/1", 0),  # half a pipeline serves nothing
+        (2, (1, 1), [r_, r_], "0/1", 0),  # pods up, the replica not yet
+        (2, (1, 3), [R, r_, R], "1/1-3", 1),
+        (2, (1, 3), [R, r_, R, r_], "2/1-3", 2),
+        (1, (1, 4), [R, R, r_], "2/1-4", 2),
+        (4, (1, 2), [R, r_, r_, r_, R, r_, r_, r_], "2/1-2", 2),
     ],
 )  # fmt: skip
-def test_status_ready_column_counts_replicas(nodes, bounds, pods_ready, column, model_ready):
+def test_status_ready_column_counts_replicas(nodes, bounds, pods, column, model_ready):
     d = _desired(nodes, *bounds)
     group = m.worker_group_name("big")
-    pods = [_pod(f"w{i}", group, ok) for i, ok in enumerate(pods_ready)]
-    pods.append(_pod("other", "another-group", True))  # another model's pod: not counted
-    status = compute_status(d, Observation(None, pods), 0, [], NOW)
+    objs = [_pod(f"w{i}", group, state) for i, state in enumerate(pods)]
+    objs.append(_pod("other", "another-group", R))  # another model's pod: not counted
+    status = compute_status(d, Observation(_rayservice(), objs), 0, [], NOW)
     assert status["readyReplicas"] == column
     assert status["models"][0]["readyReplicas"] == model_ready
+
+
+def test_only_the_active_clusters_pods_count_during_an_upgrade():
+    """A NewCluster upgrade runs a second, pending Ray cluster beside the serving one: its
+    pods serve nothing until KubeRay switches traffic (review of issue 28, item 5)."""
+    d = _desired(1, 1, 4)
+    group = m.worker_group_name("big")
+    pods = [_pod("a0", group, R), _pod("a1", group, R)]
+    pods += [_pod(f"p{i}", group, R, cluster="demo-raycluster-new") for i in range(2)]
+    rs = _rayservice(pending="demo-raycluster-new")
+    assert compute_status(d, Observation(rs, pods), 0, [], NOW)["readyReplicas"] == "2/1-4"
+    # before KubeRay names an active cluster (first start-up), nothing serves yet
+    assert compute_status(d, Observation(_rayservice(None), pods), 0, [], NOW)[
+        "readyReplicas"] == "0/1-4"  # fmt: skip
 
 
 def test_every_printer_column_reads_a_field_the_operator_writes():
     """A column over a status field nothing writes shows blanks for ever (was: SLA)."""
     d = _desired(1, 1, 1)
-    pod = _pod("w0", m.worker_group_name("big"), True)
-    rs = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    written = compute_status(d, Observation(rs, [pod]), 0, [], NOW)
+    pod = _pod("w0", m.worker_group_name("big"), R)
+    written = compute_status(d, Observation(_rayservice(), [pod]), 0, [], NOW)
     columns = crd_manifest()["spec"]["versions"][0]["additionalPrinterColumns"]
     for column in columns:
         path = column["jsonPath"]
