@@ -283,12 +283,19 @@ DASHBOARD_PORTS = (DASHBOARD_PORT, DASHBOARD_AGENT_PORT)
 
 def network_policy(d: r.Desired) -> dict[str, Any]:
     """Who may reach the Ray pods: anyone the API port (keys guard it); pods of the
-    cluster the admin and Ray metrics ports (Prometheus); KubeRay's operator the dashboard
-    ports; the deployment's own Ray pods every port (GCS, raylets, object transfer).
+    cluster the admin and Ray metrics ports (Prometheus); KubeRay's operator (in
+    kubernetes.kuberay_namespace) the dashboard ports; the deployment's own Ray pods every
+    port (GCS, raylets, object transfer).
     Everything else (GCS 6379, Ray client 10001, the dashboard from elsewhere) is refused.
     The dashboard binds 0.0.0.0 (pods.head_group): this policy is what keeps it private."""
     ray_pods = {"matchLabels": {LABEL_DEPLOYMENT: d.name, LABEL_COMPONENT: "ray"}}
-    kuberay = {"namespaceSelector": {}, "podSelector": {"matchLabels": KUBERAY_OPERATOR}}
+    # one peer, both selectors: KubeRay's operator pods in KubeRay's namespace only (a pod
+    # anyone labels kuberay-operator elsewhere must not reach an unauthenticated dashboard)
+    kuberay_ns = {"kubernetes.io/metadata.name": d.kube.kuberay_namespace}
+    kuberay = {
+        "namespaceSelector": {"matchLabels": kuberay_ns},
+        "podSelector": {"matchLabels": KUBERAY_OPERATOR},
+    }
     admin = [port for _, port in admin_ports(d)] + [RAY_METRICS_PORT]
     return {
         "apiVersion": "networking.k8s.io/v1",

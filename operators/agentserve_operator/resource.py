@@ -128,6 +128,15 @@ class KubernetesSpec(_K8s):
         description="KubeRay version to render the RayService for (1.4, 1.5 or 1.6); null = "
         "read from the installed RayService CRD. 1.4 has no Ray token auth (authOptions).",
     )
+    kuberay_namespace: str = Field(
+        "kuberay-system",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Namespace of KubeRay's operator: only its pods (label "
+        "app.kubernetes.io/name=kuberay-operator) in this namespace may reach the Ray "
+        "dashboard and dashboard agent (NetworkPolicy). The chart sets its release "
+        "namespace when it installs KubeRay (kuberay.enabled).",
+    )
     upgrade_strategy: Literal["NewCluster", "None"] = Field(
         "NewCluster",
         description="RayService spec.upgradeStrategy.type. NewCluster: a change under the "

@@ -82,7 +82,13 @@ def test_network_policy_admits_the_api_everyone_and_ray_ports_only_to_ray_pods()
     assert {p["port"] for p in admin["ports"]} == {metrics, metrics + 1, 8080}
     assert admin["from"] == [{"namespaceSelector": {}}]  # pods of the cluster only
     assert {p["port"] for p in kuberay["ports"]} == {8265, 52365}
-    assert kuberay["from"][0]["podSelector"] == {"matchLabels": m.KUBERAY_OPERATOR}
+    # KubeRay's operator pods in KubeRay's namespace only (one peer: both selectors must
+    # match): a pod labelled kuberay-operator elsewhere must not reach the dashboard, which
+    # has no auth on KubeRay 1.4 (job submission = code execution)
+    namespace = {"kubernetes.io/metadata.name": d.kube.kuberay_namespace}
+    assert d.kube.kuberay_namespace == "kuberay-system"
+    assert kuberay["from"] == [{"namespaceSelector": {"matchLabels": namespace},
+                                "podSelector": {"matchLabels": m.KUBERAY_OPERATOR}}]  # fmt: skip
     assert internal == {"from": [{"podSelector": {"matchLabels": ray_pods}}]}
     open_to_all = {p["port"] for rule in spec["ingress"] if "from" not in rule
                    for p in rule["ports"]}  # fmt: skip
@@ -121,3 +127,19 @@ def test_chart_network_policy_for_the_operator(chart):
     [rule] = policy["spec"]["ingress"]
     assert rule["from"] == [{"namespaceSelector": {}}]
     assert {p["port"] for p in rule["ports"]} == {9090, 8080}
+
+
+@pytestmark_helm
+def test_chart_admits_kuberay_from_the_namespace_it_runs_in(chart):
+    """The chart's own KubeRay (kuberay.enabled) runs in the release namespace; otherwise
+    the AgentServe keeps the spec default (kuberay-system) or the value given."""
+    values = CHART_DIR / "ci" / "gpu-values.yaml"  # no kuberay_namespace set
+
+    def kube(*sets: str) -> dict:
+        [cr] = [o for o in render(chart, values, *sets) if o["kind"] == "AgentServe"]
+        return cr["spec"]["kubernetes"]
+
+    assert kube("--namespace", "ai", "--set", "kuberay.enabled=true")["kuberay_namespace"] == "ai"
+    assert "kuberay_namespace" not in kube("--namespace", "ai")
+    given = ("--set", "agentServe.spec.kubernetes.kuberay_namespace=ray-ops")
+    assert kube("--set", "kuberay.enabled=true", *given)["kuberay_namespace"] == "ray-ops"
