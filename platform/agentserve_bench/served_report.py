@@ -30,15 +30,16 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 def markdown_table(records: list[dict[str, Any]]) -> str:
     head = (
-        "| server | method | k | workload | c | decode tok/s | vs plain | throughput vs plain "
-        "| TTFT p50 ms | tau | greedy = plain | default |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| server | settings | dtype | method | k | workload | c | decode tok/s | vs plain "
+        "| throughput vs plain | TTFT p50 ms | tau | greedy = plain | default |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in records:
         speedup = r.get("speedup_vs_plain")
         lines.append(
-            f"| {r['server']} | {r['method']} | {r['num_speculative_tokens']} | {r['workload']} "
+            f"| {r['server']} | {r.get('settings', 'default')} | {r['dtype']} | {r['method']} "
+            f"| {r['num_speculative_tokens']} | {r['workload']} "
             f"| {r['concurrency']} | {_fmt(r['decode_tokens_per_s'], 1)} "
             f"| {_fmt(speedup)}{'x' if speedup else ''} | {_fmt(r.get('throughput_vs_plain'))} "
             f"| {_fmt(r['ttft_ms_p50'], 0)} | {_fmt(r['tau'])} | {r.get('greedy_identical', '-')} "
@@ -52,7 +53,7 @@ def _peer_line(records: list[dict[str, Any]]) -> str:
     plain = {
         (r["server"], r["workload"], r["concurrency"]): r["decode_tokens_per_s"]
         for r in records
-        if r["method"] == "none"
+        if r["method"] == "none" and r.get("settings", "default") == "default"
     }
     parts = []
     for (server, workload, c), ours in sorted(plain.items()):

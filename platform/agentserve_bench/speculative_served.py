@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import shlex
 import sys
@@ -207,14 +208,14 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-served-") as logs:
         plan = [("agentserve", m, k) for m, k in methods]
         plan += [("vllm_serve", m, k) for m, k in peers]
-        for settings in args.settings:
+        for settings, dtype in itertools.product(args.settings, args.dtypes):
+            # a dtype other than the spec's is a settings variant: its own ratios, no default
+            label = settings if dtype is None else f"{settings}/{dtype}"
             for server, method, k in plan:
-                spec = bench_spec(
-                    method, k, port, max(args.concurrency), args.dtype, engine=args.engine
-                )
+                spec = bench_spec(method, k, port, max(args.concurrency), dtype, engine=args.engine)
                 with _environment(SETTINGS[settings]):
                     records += _measure(
-                        server, method, k, spec, args, conversations, machine, settings,
+                        server, method, k, spec, args, conversations, machine, label,
                         Path(logs),
                     )  # fmt: skip
     default, scores = served_default(fill_ratios(records, None))
@@ -277,7 +278,14 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         "--num-prompts", type=int, default=12, help="conversations per workload (default: 12)"
     )
     p.add_argument("--max-tokens", type=int, default=128, help="per request (default: 128)")
-    p.add_argument("--dtype", help="model dtype (default: the spec's)")
+    p.add_argument(
+        "--dtypes",
+        type=lambda t: [x or None for x in t.split(",")],
+        default=[None],
+        help="comma list of model dtypes to compare ('' = the spec's, bfloat16); rows of a "
+        "dtype other than the spec's are labelled SETTINGS/DTYPE and never decide the "
+        "default (default: the spec's)",
+    )
     p.add_argument(
         "--engine",
         choices=("vllm", "fake"),

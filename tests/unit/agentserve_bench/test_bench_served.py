@@ -133,3 +133,14 @@ def test_written_rows_replace_only_served_rows_and_lead_the_doc(tmp_path):
     doc = (tmp_path / "benchmarks.md").read_text()
     assert doc.index("speculative-served:begin") < doc.index("speculative:begin")
     assert "Default for CPU class `avx2`: none" in doc
+
+
+def test_each_settings_variant_is_compared_with_its_own_plain_and_never_decides():
+    rows = _grid({"ngram": _all(0.9)})
+    for r in _grid({"ngram": _all(2.0)}):
+        rows.append({**r, "settings": "default/float32"})
+    out = fill_ratios(rows, None)
+    variant = [r for r in out if r["settings"] == "default/float32" and r["method"] == "ngram"]
+    assert {r["speedup_vs_plain"] for r in variant} == {2.0}  # vs float32 plain, not bf16
+    assert served_default(out)[0] == "none"  # the default settings' rows decide
+    assert not any(r["default"] for r in variant)
