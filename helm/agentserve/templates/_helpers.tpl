@@ -40,8 +40,12 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .Values.operator.image.repository (default .Chart.AppVersion .Values.operator.image.tag) }}
 {{- end }}
 
+{{/* The Ray pods' image; called with (dict "root" $ "gpu" <any model asks for GPUs>):
+default tag "<appVersion>-cuda" (docker/Dockerfile.cuda) for GPU models, "<appVersion>"
+(docker/Dockerfile, vLLM's CPU build) for CPU-only ones. */}}
 {{- define "agentserve.servingImage" -}}
-{{- printf "%s:%s" .Values.servingImage.repository (default (printf "%s-cuda" .Chart.AppVersion) .Values.servingImage.tag) }}
+{{- $tag := ternary (printf "%s-cuda" .root.Chart.AppVersion) .root.Chart.AppVersion .gpu }}
+{{- printf "%s:%s" .root.Values.servingImage.repository (default $tag .root.Values.servingImage.tag) }}
 {{- end }}
 
 {{- define "agentserve.apiKeySecret" -}}
@@ -63,7 +67,11 @@ Secret and the serving image filled in where the spec leaves them out. */}}
 {{- $_ := set $kube "api_key_secret" (include "agentserve.apiKeySecret" .) }}
 {{- end }}
 {{- if not $kube.image }}
-{{- $_ := set $kube "image" (include "agentserve.servingImage" .) }}
+{{- $gpus := 0 }}
+{{- range $spec.models }}
+{{- $gpus = add $gpus (dig "replicas" "num_gpus" 0 .) }}
+{{- end }}
+{{- $_ := set $kube "image" (include "agentserve.servingImage" (dict "root" . "gpu" (gt (int $gpus) 0))) }}
 {{- $_ := set $kube "image_pull_policy" .Values.servingImage.pullPolicy }}
 {{- end }}
 {{- /* the chart's own KubeRay runs here: only its operator may reach the dashboard */}}

@@ -162,3 +162,26 @@ def test_prometheus_rule_renders_the_plain_rules_file(chart):
     plain = yaml.safe_load(ALERT_RULES.read_text())
     assert rule["spec"] == plain
     assert any("alert" in r for g in plain["groups"] for r in g["rules"])
+
+
+def _serving_image(chart: Path, *sets: str) -> str:
+    values = CHART_DIR / "ci" / "default-values.yaml"
+    [cr] = [o for o in render(chart, values, *sets) if o["kind"] == "AgentServe"]
+    return cr["spec"]["kubernetes"]["image"]
+
+
+def test_cpu_models_get_the_cpu_image_and_gpu_models_the_cuda_one(chart):
+    """The default serving tag follows the models: `<appVersion>` (docker/Dockerfile, vLLM's
+    CPU build) when no model asks for GPUs, `<appVersion>-cuda` when one does; a tag given
+    in servingImage.tag is used as it is."""
+    version = yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"]
+    repo = "ghcr.io/agentserve/agentserve"
+    cpu = ("--set", "model.name=small", "--set", "model.source=bundled")
+    assert _serving_image(chart, *cpu) == f"{repo}:{version}"
+    assert _serving_image(chart, *cpu, "--set", "model.replicas.num_gpus=1") == (
+        f"{repo}:{version}-cuda"
+    )
+    gpu = CHART_DIR / "ci" / "gpu-values.yaml"
+    [cr] = [o for o in render(chart, gpu) if o["kind"] == "AgentServe"]
+    assert cr["spec"]["kubernetes"]["image"] == f"{repo}:{version}-cuda"
+    assert _serving_image(chart, *cpu, "--set", "servingImage.tag=x") == f"{repo}:x"

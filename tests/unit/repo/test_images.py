@@ -171,3 +171,13 @@ def test_chart_default_images_are_what_the_workflow_pushes():
     assert f"{serving['repository']}:{serving['tag'] or chart['appVersion'] + '-cuda'}" == (
         pushed_cuda
     )
+
+
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cuda"])
+def test_the_serving_images_have_wget_for_kuberays_probes(name):
+    """KubeRay's head and worker probes exec `wget ... http://localhost:<port>/...` in the
+    Ray container (v1.4.2 .. v1.6.2: utils.BaseWgetHealthCommand): without wget every probe
+    fails and no Ray pod gets Ready (python:*-slim has none)."""
+    runs = dockerfile(name)["run"]
+    installs = [r for r in runs if "apt-get install" in r]  # type: ignore[union-attr]
+    assert any(re.search(r"apt-get install[^&]*\bwget\b", r) for r in installs), runs
