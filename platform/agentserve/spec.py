@@ -235,8 +235,12 @@ class ReplicaSpec(_Spec):
     )
     ipc_lock: bool = Field(
         False,
-        description="Give replica containers the IPC_LOCK capability (RDMA memory "
-        "registration for NCCL over InfiniBand/RoCE).",
+        description="Add the IPC_LOCK capability to replica containers (RDMA memory "
+        "registration for NCCL over InfiniBand/RoCE). Kubernetes gives added capabilities "
+        "to root processes only: the agentserve images run Ray as uid 1000, where this has "
+        "no effect; NCCL then gets the locked-memory limit (RLIMIT_MEMLOCK) the container "
+        "runtime sets (check `ulimit -l` in a replica pod: NCCL wants unlimited). Useful "
+        "only with an image that runs Ray as root.",
     )
     health_check_period_s: float = Field(
         10.0, gt=0, description="Seconds between engine health checks of a replica."

@@ -5,12 +5,16 @@ resource name (MIG, other vendors)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import kuberay_crds
 import pytest
 from agentserve_operator import kuberay as kr
 from agentserve_operator import manifests as m
 from agentserve_operator.resource import InvalidResource, desired_from_cr
 from operator_cases import gpu_cr
+
+ROOT = Path(__file__).resolve().parents[3]
 
 KEYS = {"alice": "sk-alice-secret"}
 kv = pytest.importorskip("kubernetes_validate")
@@ -106,3 +110,15 @@ def test_env_cannot_replace_the_operators_own(name):
     with pytest.raises(InvalidResource, match=r"kubernetes\.env"):
         desired_from_cr(gpu_cr(kubernetes={"api_key_secret": "demo-keys", "env": {name: "x"}}),
                         KEYS)  # fmt: skip
+
+
+def test_ipc_lock_says_it_does_nothing_for_the_non_root_images():
+    """Capabilities Kubernetes adds reach root processes only (no ambient capabilities):
+    the images run Ray as uid 1000, so NCCL's locked memory comes from the runtime's
+    RLIMIT_MEMLOCK instead; the field and the docs must say so (review of issue 28, item 7)."""
+    from agentserve.spec import ReplicaSpec
+
+    text = ReplicaSpec.model_fields["ipc_lock"].description or ""
+    assert "uid 1000" in text and "ulimit -l" in text
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    assert "ipc_lock" in docs and "RLIMIT_MEMLOCK" in docs
