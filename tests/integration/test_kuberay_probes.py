@@ -9,7 +9,9 @@ rayStartParams, completed as KubeRay's setMissingRayStartParams / generateRaySta
 the pod) with the rendered container environment and KubeRay's token-auth variables; then
 KubeRay's probe commands (utils/constant.go) against localhost. Everything runs in a fresh
 PID namespace: its processes end with it, and `ray stop` there sees only them.
-Needs root (network namespaces), wget and Ray; skipped otherwise. About 30 s.
+Needs root with CAP_SYS_ADMIN (network and PID namespaces: tried, not assumed), `ip`, wget
+and Ray; skipped otherwise, with the reason. About 30 s; killed (every process of its PID
+namespace with it) after RUN_TIMEOUT_S.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +30,7 @@ from agentserve_operator import manifests as m
 from agentserve_operator.resource import desired_from_cr
 
 HEAD_IP, WORKER_IP = "10.231.0.1", "10.231.0.2"
+RUN_TIMEOUT_S = 55  # the whole test stays under a minute
 RAY_BIN = Path(sys.executable).parent / "ray"
 # KubeRay's exec probes (utils/constant.go: BaseWgetHealthCommand, RayAgentRayletHealthPath,
 # RayDashboardGCSHealthPath), timeout 1 s as KubeRay's defaults give them
@@ -49,11 +53,27 @@ CR = {
     },
 }
 
+
+def namespaces_unusable() -> str | None:
+    """Why this machine cannot run the test (None: it can): the tools, and whether network
+    and PID namespaces can really be made (root in a container without CAP_SYS_ADMIN, or
+    under a seccomp profile that refuses unshare, cannot)."""
+    missing = [t for t in ("unshare", "ip", "wget") if not shutil.which(t)]
+    if missing:
+        return f"needs {', '.join(missing)}"
+    try:
+        done = subprocess.run(["unshare", "--net", "--pid", "--fork", "true"],
+                              capture_output=True, text=True, timeout=10)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "unshare --net --pid --fork did not finish in 10 s"
+    if done.returncode != 0:
+        return f"cannot make network and PID namespaces: {done.stderr.strip()[:200]}"
+    return None
+
+
+UNUSABLE = namespaces_unusable()
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-    pytest.mark.skipif(
-        not shutil.which("wget") or not shutil.which("unshare"), reason="needs wget and unshare"
-    ),
+    pytest.mark.skipif(UNUSABLE is not None, reason=str(UNUSABLE)),
     pytest.mark.skipif(not RAY_BIN.exists(), reason="ray not installed"),
 ]
 
@@ -103,13 +123,17 @@ def script(rayservice: dict, tmp: Path) -> str:
     cluster = rayservice["spec"]["rayClusterConfig"]
     head, [worker] = cluster["headGroupSpec"], cluster["workerGroupSpecs"]
     worker_script = tmp / "worker.sh"
+    # the worker waits (at most 10 s) for its end of the veth, which the head's script
+    # moves into the worker's namespace once unshare has made it (not before: moved into
+    # the pid of an unshare that has not switched yet, the link stays where it was)
     worker_script.write_text(f"""set -u
-while ! ip link show vw >/dev/null 2>&1; do sleep 0.1; done
+for i in $(seq 100); do ip link show vw >/dev/null 2>&1 && break; sleep 0.1; done
+ip link show vw >/dev/null 2>&1 || {{ echo "FAIL worker-link"; exit 1; }}
 ip link set lo up; ip addr add {WORKER_IP}/24 dev vw; ip link set vw up
 {pod_env(worker, WORKER_IP)}
 {ray_start(worker, head=False)} --temp-dir={tmp}/w >{tmp}/worker.log 2>&1 \
   || echo "FAIL worker-start"
-{probe_loop("worker-raylet", AGENT_PROBE, 40)}
+{probe_loop("worker-raylet", AGENT_PROBE, 20)}
 {RAY_BIN} stop --force >/dev/null 2>&1
 """)
     return f"""set -u
@@ -119,21 +143,34 @@ ip addr add {HEAD_IP}/24 dev vh; ip link set vh up
 {pod_env(head, HEAD_IP)}
 cd {tmp}
 {ray_start(head, head=True)} --temp-dir={tmp}/h >{tmp}/head.log 2>&1 || echo "FAIL head-start"
-{probe_loop("head-gcs", GCS_PROBE, 30)}
-{probe_loop("head-raylet", AGENT_PROBE, 10)}
+{probe_loop("head-gcs", GCS_PROBE, 20)}
+{probe_loop("head-raylet", AGENT_PROBE, 5)}
 unshare --net bash {worker_script} & pid=$!
-ip link set vw netns $pid
+here=$(readlink /proc/self/ns/net)
+for i in $(seq 100); do
+  [ "$(readlink /proc/$pid/ns/net 2>/dev/null)" != "$here" ] && break; sleep 0.1
+done
+ip link set vw netns $pid || echo "FAIL worker-netns"
 wait $pid
 {RAY_BIN} stop --force >/dev/null 2>&1
 """
 
 
 def run_pods(rayservice: dict, tmp: Path) -> str:
+    """Run the pods' script in a fresh network and PID namespace. The PID namespace ends
+    with its first process (unshare's child; --kill-child kills it when unshare dies) and
+    every Ray process goes with it; on timeout the whole process group is killed."""
     body = script(rayservice, tmp)
-    cmd = ["unshare", "--net", "--pid", "--fork", "--mount-proc", "bash", "-c", body]
-    # the PID namespace ends with its first process: every Ray process goes with it
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=tmp)
-    return done.stdout + done.stderr
+    cmd = ["unshare", "--net", "--pid", "--kill-child", "--mount-proc", "bash", "-c", body]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=tmp, start_new_session=True)  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        out += f"\nFAIL timeout after {RUN_TIMEOUT_S} s"
+    return out
 
 
 def rendered(version: str = kr.DEFAULT) -> dict:

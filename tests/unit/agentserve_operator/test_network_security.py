@@ -3,6 +3,8 @@ the 0.0.0.0 dashboard private), pod security, tokens, and namespaced RBAC."""
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 import pytest
 import test_helm
 from agentserve_operator import manifests as m
@@ -46,7 +48,10 @@ def test_ray_pods_run_with_seccomp_and_without_a_service_account_token():
         kv.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod},
                     "1.30", strict=True)  # fmt: skip
     [mount] = cluster["autoscalerOptions"]["volumeMounts"]
-    assert mount["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+    # where Ray's KubeRay node provider reads the token (not a copy of the path)
+    from ray.autoscaler._private.kuberay.node_provider import IN_CLUSTER_TOKEN_PATH
+
+    assert mount["mountPath"] == str(PurePosixPath(IN_CLUSTER_TOKEN_PATH).parent)
     head_volumes = {v["name"]: v for v in cluster["headGroupSpec"]["template"]["spec"]["volumes"]}
     sources = head_volumes[mount["name"]]["projected"]["sources"]
     assert sources[0]["serviceAccountToken"] == {"path": "token", "expirationSeconds": 3607}
@@ -59,7 +64,8 @@ def test_ray_pods_run_with_seccomp_and_without_a_service_account_token():
 def test_the_autoscaler_reads_the_token_where_it_is_mounted():
     """The mount path is the one Ray's KubeRay node provider reads (a rename in Ray would
     leave the autoscaler without credentials)."""
-    provider = pytest.importorskip("ray.autoscaler._private.kuberay.node_provider")
+    from ray.autoscaler._private.kuberay import node_provider as provider
+
     [mount] = _cluster()["autoscalerOptions"]["volumeMounts"]
     assert mount["mountPath"] + "/token" == provider.IN_CLUSTER_TOKEN_PATH
     assert mount["mountPath"] + "/ca.crt" == provider.IN_CLUSTER_CA_CERT_PATH
