@@ -4,7 +4,6 @@ request's timing as the caller saw it."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -93,29 +92,19 @@ def async_llm_request_fn(llm: Any, tokenizer: Any, max_tokens: int) -> OneReques
 
 
 def http_request_fn(client: Any, model: str, max_tokens: int) -> OneRequest:
-    """Platform side: a streamed POST /v1/chat/completions; output times are the chunks
-    carrying content, token counts come from the final usage chunk."""
+    """Platform side: a streamed POST /v1/chat/completions (served_client.stream_chat) with
+    ignore_eos; output times are the chunks carrying content, token counts come from the
+    final usage chunk."""
+    from agentserve_bench.served_client import stream_chat
 
     async def one(request_id: str, prompt: str) -> RequestTiming:
-        body = chat_body(model, prompt, max_tokens)
-        start = time.perf_counter()
-        first = last = None
-        usage: dict[str, int] = {}
-        headers = {"x-request-id": request_id}
-        async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
-            if r.status_code != 200:
-                raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data: {"):
-                    continue
-                chunk = json.loads(line[6:])
-                choices = chunk.get("choices") or [{}]
-                if (choices[0].get("delta") or {}).get("content"):
-                    last = time.perf_counter()
-                    first = first or last
-                usage = chunk.get("usage") or usage
+        messages = [{"role": "user", "content": prompt}]
+        reply = await stream_chat(
+            client, model, messages, max_tokens, headers={"x-request-id": request_id},
+            extra={"ignore_eos": True},  # vLLM's extension: every request makes max_tokens
+        )  # fmt: skip
         return RequestTiming(
-            start, first, last, usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0)
+            reply.start_s, reply.first_s, reply.last_s, reply.output_tokens, reply.prompt_tokens
         )
 
     return one

@@ -57,6 +57,7 @@ class Reply:
     last_s: float | None
     output_tokens: int
     text: str
+    prompt_tokens: int = 0
 
     @property
     def ttft_ms(self) -> float | None:
@@ -78,9 +79,10 @@ async def stream_chat(
     max_tokens: int,
     temperature: float = 0.0,
     headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Reply:
     """A streamed POST /v1/chat/completions (usage in the last chunk), as the openai SDK
-    sends it; raises RuntimeError on a non-200 answer."""
+    sends it, with `extra` body fields; raises RuntimeError on a non-200 answer."""
     body = {
         "model": model,
         "messages": messages,
@@ -88,6 +90,7 @@ async def stream_chat(
         "temperature": temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **(extra or {}),
     }
     start = time.perf_counter()
     first = last = None
@@ -107,7 +110,14 @@ async def stream_chat(
                 first = first or last
                 parts.append(text)
             usage = chunk.get("usage") or usage
-    return Reply(start, first, last, usage.get("completion_tokens", 0), "".join(parts))
+    return Reply(
+        start,
+        first,
+        last,
+        usage.get("completion_tokens", 0),
+        "".join(parts),
+        usage.get("prompt_tokens", 0),
+    )
 
 
 async def run_workload(
