@@ -11,6 +11,8 @@ __all__ = [
     "DEFAULT_SPECULATION",
     "DRAFTER_ROOT",
     "default_speculation",
+    "default_speculation_reason",
+    "machine_class",
     "mask_token_id_for",
     "shipped_drafter",
 ]
@@ -21,12 +23,16 @@ BUNDLED_DRAFTER_DIR = DRAFTER_ROOT / f"{BUNDLED_MODEL}-dflash"
 _SHIPPED = {BUNDLED_MODEL: BUNDLED_DRAFTER_DIR.name}
 # SmolLM2's `<empty_output>`: a special token chat never produces; the drafter's mask slot.
 _MASK_TOKEN_IDS = {BUNDLED_MODEL: 16}
-# The speculative method `agentserve up` uses for a model whose spec picks none: the one
-# `agentserve bench speculative` measured fastest at batch 1 (geometric mean over T=0 and
-# T=1; docs/benchmarks.md). tests/unit/agentserve/test_default_speculation.py checks this
-# table against the committed figures, so a new benchmark that changes the winner fails
-# until the default follows it.
-DEFAULT_SPECULATION = {BUNDLED_MODEL: "ngram"}
+# The speculative method `agentserve up` uses for a model whose spec picks none, per kind of
+# CPU (engine/cpu_info.py cpu_class): the method `agentserve bench speculative-served`
+# measured through the server on that kind of machine (served_rows.served_default: clearly
+# faster than plain at concurrency 1 and not slower under load, on coding and agent
+# workloads); None = plain decoding. A kind of machine with no served figures gets plain
+# decoding: never slower than itself, and a choice made on one machine's figures is not
+# applied to another. tests/unit/agentserve/test_default_speculation.py checks this table
+# against the committed figures (docs/benchmarks/speculative.json), so a new run that
+# changes the winner fails until the table follows it.
+DEFAULT_SPECULATION: dict[tuple[str, str], str | None] = {(BUNDLED_MODEL, "avx2"): None}
 
 
 def _canonical(model: str) -> str:
@@ -40,9 +46,39 @@ def shipped_drafter(model: str) -> Path | None:
     return path if path is not None and (path / "config.json").is_file() else None
 
 
-def default_speculation(model: str) -> str | None:
-    """vLLM speculative method `up` uses for `model` by default; None = plain decoding."""
-    return DEFAULT_SPECULATION.get(_canonical(model))
+def machine_class() -> str:
+    """The kind of machine defaults are chosen for: "cuda" with a GPU, else the CPU class."""
+    from agentserve.engine.cpu_info import read_cpu_info
+
+    if any(Path(dev).exists() for dev in ("/dev/nvidiactl", "/dev/nvidia0")):
+        return "cuda"  # cheap: `up --help` must not import torch to say its default
+    return read_cpu_info().cpu_class
+
+
+def default_speculation(model: str, machine: str | None = None) -> str | None:
+    """vLLM speculative method `up` uses for `model` by default on this kind of machine
+    (`machine`: a cpu_class or "cuda"; default: this machine's); None = plain decoding."""
+    return DEFAULT_SPECULATION.get((_canonical(model), machine or machine_class()))
+
+
+def default_speculation_reason(model: str, machine: str | None = None) -> str:
+    """Why `default_speculation` chose what it chose, for `agentserve up` to say."""
+    machine = machine or machine_class()
+    key = (_canonical(model), machine)
+    if key not in DEFAULT_SPECULATION:
+        return (
+            f"no served speculation figures for this kind of machine ({machine}) yet, so plain "
+            "decoding (never slower than itself); measure with `agentserve bench "
+            "speculative-served` or choose with --speculation"
+        )
+    method = DEFAULT_SPECULATION[key]
+    if method is None:
+        return (
+            f"on this kind of machine ({machine}) no speculative method was faster than plain "
+            "decoding through the server (docs/benchmarks.md, served table); --speculation "
+            "ngram|dflash turns one on"
+        )
+    return f"{method} measured fastest through the server on this kind of machine ({machine})"
 
 
 def mask_token_id_for(model: str, tokenizer) -> int:

@@ -15,7 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentserve.autoscale.spec_schedule import with_default_schedules
-from agentserve.drafters import default_speculation, shipped_drafter
+from agentserve.drafters import (
+    default_speculation,
+    default_speculation_reason,
+    shipped_drafter,
+)
 from agentserve.spec import BUNDLED_MODEL, DRAFTERLESS_METHODS, DeploymentSpec, spec_from_dict
 
 __all__ = ["resolve_drafters", "with_default_drafters", "with_default_schedules"]
@@ -26,6 +30,7 @@ def with_default_drafters(
     flag: bool | None,
     shipped: Callable[[str], Path | None],
     default_method: Callable[[str], str | None] = lambda _: "dflash",
+    why_default: Callable[[str], str] = lambda _: "no default speculative method for it",
 ) -> tuple[DeploymentSpec, list[str]]:
     """Decide each model's speculation; return the spec and notes for the user.
 
@@ -47,6 +52,9 @@ def with_default_drafters(
         method = model.drafter.method if chosen else default_method(model.source)
         entry["drafter"]["enabled"] = method is not None
         if method is None:
+            notes.append(
+                f"model {model.name}: no speculative decoding: {why_default(model.source)}"
+            )
             continue
         entry["drafter"]["method"] = method
         if method in DRAFTERLESS_METHODS:
@@ -72,4 +80,6 @@ def resolve_drafters(
 ) -> tuple[DeploymentSpec, list[str]]:
     """`with_default_drafters` with the shipped drafters and the measured default methods
     (agentserve.drafters): the spec as `agentserve up` serves it, and notes for the user."""
-    return with_default_drafters(spec, flag, shipped_drafter, default_speculation)
+    return with_default_drafters(
+        spec, flag, shipped_drafter, default_speculation, default_speculation_reason
+    )

@@ -23,6 +23,7 @@ __all__ = [
     "CPU_MEASUREMENTS",
     "LatencyModel",
     "Measurement",
+    "alpha_from_tau",
     "drafted_for",
     "fit",
     "speculation_schedule",
@@ -145,7 +146,7 @@ def _geometric_tau(alpha: float, drafted: int) -> float:
     return (1.0 - alpha ** (drafted + 1)) / (1.0 - alpha)
 
 
-def _alpha_from_tau(tau: float, drafted: int) -> float:
+def alpha_from_tau(tau: float, drafted: int) -> float:
     """Invert tau(alpha) (monotone increasing) by bisection."""
     lo, hi = 0.0, _ALPHA_MAX
     for _ in range(60):
@@ -206,7 +207,7 @@ def _fit_acceptance(records: Sequence[Measurement]) -> tuple[float, float] | Non
     if not usable:
         return None
     logb = np.array([math.log2(r.batch) for r in usable])
-    alpha = np.array([_alpha_from_tau(float(r.tau), r.drafted) for r in usable])  # type: ignore[arg-type]
+    alpha = np.array([alpha_from_tau(float(r.tau), r.drafted) for r in usable])  # type: ignore[arg-type]
     if np.ptp(logb) == 0:
         return float(alpha.mean()), 0.0
     slope, intercept = np.polyfit(logb, alpha, 1)

@@ -16,7 +16,10 @@ keep drafting the fixed k: a schedule from another machine's fit would be a gues
 
 from __future__ import annotations
 
-from agentserve.autoscale.model import LatencyModel, speculation_schedule
+import dataclasses
+import math
+
+from agentserve.autoscale.model import LatencyModel, alpha_from_tau, speculation_schedule
 from agentserve.spec import (
     BUNDLED_MODEL,
     DeploymentSpec,
@@ -26,6 +29,8 @@ from agentserve.spec import (
 )
 
 __all__ = [
+    "MEASURED_ACCEPTANCE",
+    "acceptance_from_served",
     "latency_model_for",
     "schedule_for",
     "with_default_schedules",
@@ -33,13 +38,60 @@ __all__ = [
 ]
 
 
+# Per-token acceptance of each speculative method on the bundled model, measured through the
+# server (`agentserve bench speculative-served`, agentserve rows): (alpha at batch 1, drop per
+# doubling of the batch), from tau at concurrency 1 and 4 over both workloads
+# (`acceptance_from_served`). tests/unit/agentserve/autoscale/test_measured_acceptance.py
+# checks this table against the committed figures. A method not listed keeps LatencyModel's
+# assumption.
+MEASURED_ACCEPTANCE: dict[str, tuple[float, float]] = {
+    "ngram": (0.84, 0.082),
+    "dflash": (0.316, 0.006),
+}
+
+
+def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]]:
+    """(alpha_1, alpha_drop_per_doubling) per method from served records (pure): alpha is
+    the per-token acceptance whose geometric tau at the record's k matches the measured
+    tau, pooled over workloads by mean; the drop is fitted between concurrency 1 and the
+    highest concurrency measured (0 when that is 1 or acceptance does not fall)."""
+    by: dict[str, dict[int, list[float]]] = {}
+    for r in records:
+        if r.get("path") != "served" or r.get("server") != "agentserve" or not r.get("tau"):
+            continue
+        if r["method"] == "none" or r["tau"] <= 1.0:
+            continue
+        alpha = alpha_from_tau(r["tau"], r["num_speculative_tokens"])
+        by.setdefault(r["method"], {}).setdefault(r["concurrency"], []).append(alpha)
+    out = {}
+    for method, per_c in by.items():
+        if 1 not in per_c:
+            continue
+        a1 = sum(per_c[1]) / len(per_c[1])
+        top = max(per_c)
+        drop = 0.0
+        if top > 1:
+            a_top = sum(per_c[top]) / len(per_c[top])
+            drop = max(0.0, (a1 - a_top) / math.log2(top))
+        out[method] = (round(a1, 3), round(drop, 3))
+    return out
+
+
 def latency_model_for(model: ModelSpec) -> LatencyModel | None:
     """The latency model measured for this model: LatencyModel() (fitted on the bundled
-    model with vLLM on CPU) for that deployment; None for anything else until a model is
-    fitted for it (autoscale/model.py `fit`). The SLA policy plans with it and the default
+    model with vLLM on CPU) for that deployment, with the measured acceptance of its
+    drafter's method (MEASURED_ACCEPTANCE); None for anything else until a model is fitted
+    for it (autoscale/model.py `fit`). The SLA policy plans with it and the default
     speculation schedule comes from it."""
     measured = model.engine == "vllm" and model.source == BUNDLED_MODEL
-    return LatencyModel() if measured and model.replicas.num_gpus == 0 else None
+    if not measured or model.replicas.num_gpus != 0:
+        return None
+    acceptance = MEASURED_ACCEPTANCE.get(model.drafter.method) if model.drafter.enabled else None
+    if acceptance is None:
+        return LatencyModel()
+    return dataclasses.replace(
+        LatencyModel(), alpha_1=acceptance[0], alpha_drop_per_doubling=acceptance[1]
+    )
 
 
 def schedule_for(model: ModelSpec, latency_model: LatencyModel) -> list[list[int]]:

@@ -26,6 +26,7 @@ from agentserve.cli.traces import (
     traces_for_up,
 )
 from agentserve.drafters import default_speculation
+from agentserve.engine.cpu_info import read_cpu_info
 from agentserve.engine.vllm_args import DrafterMissingError, speculative_config
 from agentserve.model_sources import resolve_model
 from agentserve.serve import local
@@ -312,6 +313,7 @@ def _print_ready(
     base = _base_url(spec)
     model = spec.models[0].name
     snippets = examples(base, model, needs_key=bool(spec.tenants))
+    cpu = read_cpu_info()
     if console.plain:
         console.event(
             "ready",
@@ -320,12 +322,14 @@ def _print_ready(
             models=[m.name for m in spec.models],
             drafters=drafters,
             took_s=round(took_s, 1),
+            machine=cpu.as_dict(),
             **snippets,
         )
         return
     s = console.style
     console.say(s(f"agentserve is up ({_clock(took_s)})", "bold", "green"))
     console.say(f"  API      {s(base + '/v1', 'cyan')}   (OpenAI-compatible)")
+    console.say(f"  machine  {cpu.describe()}")
     for m in spec.models:
         drafter = drafters.get(m.name)
         spec_note = f"speculation {drafter}" if drafter else "no speculation"

@@ -11,7 +11,11 @@ from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_sc
 from agentserve.autoscale.policy import capacity_floor
 from agentserve.autoscale.policy_types import PolicySpec, Snapshot
 from agentserve.autoscale.ray_policy import policy_spec_from_json, policy_spec_to_json
-from agentserve.autoscale.spec_schedule import schedule_for, with_default_schedules
+from agentserve.autoscale.spec_schedule import (
+    latency_model_for,
+    schedule_for,
+    with_default_schedules,
+)
 from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.spec import DeploymentSpec
 from agentserve.spec_defaults import with_default_drafters
@@ -19,7 +23,9 @@ from agentserve_bench.autoscale.compare import Scenario, policy_spec_for, satura
 from agentserve_bench.autoscale.simulate import SimConfig, simulate
 from agentserve_bench.autoscale.trace import Call, Session, Trace, TraceConfig
 
-CPU_SCHEDULE = [[1, 1, 4], [2, 2, 3], [3, 4, 2], [5, 8, 1]]  # LatencyModel(), 8 seqs, k 7
+# n-gram's schedule (8 seqs, k 7) from the CPU step model and n-gram's acceptance measured
+# through the server (spec_schedule.MEASURED_ACCEPTANCE); follows the committed figures
+CPU_SCHEDULE = [[1, 1, 7], [2, 2, 4], [3, 3, 3], [4, 5, 2], [6, 8, 1]]
 
 
 def _spec(**drafter) -> DeploymentSpec:
@@ -33,8 +39,10 @@ def test_default_fills_the_schedule_of_the_measured_model():
     out = with_default_schedules(spec)
     assert out.models[0].drafter.num_speculative_tokens_per_batch_size == CPU_SCHEDULE
     assert out.models[0].drafter.num_speculative_tokens_per_batch_size == schedule_for(
-        spec.models[0], LatencyModel()
+        spec.models[0], latency_model_for(spec.models[0])
     )
+    # not the acceptance assumed for every method before it was measured
+    assert CPU_SCHEDULE != schedule_for(spec.models[0], LatencyModel())
     assert spec.models[0].drafter.num_speculative_tokens_per_batch_size is None  # a copy
     assert with_default_schedules(out) == out  # idempotent
 
@@ -120,7 +128,8 @@ def test_operator_resolves_the_same_schedule():
 
 def test_policy_plans_with_what_the_replica_drafts():
     scheduled = with_default_schedules(_spec())
-    spec = PolicySpec.from_deployment(scheduled, latency_model=LatencyModel())
+    latency = latency_model_for(scheduled.models[0])
+    spec = PolicySpec.from_deployment(scheduled, latency_model=latency)
     assert spec.schedule == tuple(tuple(r) for r in CPU_SCHEDULE)
     assert policy_spec_from_json(policy_spec_to_json(spec)) == spec  # Ray's policy_kwargs
     fixed = PolicySpec.from_deployment(

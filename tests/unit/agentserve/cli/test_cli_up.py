@@ -61,7 +61,7 @@ def test_drafter_defaults_table(model, flag, shipped, enabled, noted):
     ("model", "default", "enabled", "method", "noted"),
     [
         ({}, _ngram, True, "ngram", True),  # measured fastest: n-gram, and `up` says why
-        ({}, lambda _: None, False, "dflash", False),  # plain decoding measured fastest
+        ({}, lambda _: None, False, "dflash", True),  # plain measured fastest: `up` says why
         ({"drafter": {"method": "dflash"}}, _ngram, True, "dflash", False),  # spec's method
         ({"drafter": {"enabled": True}}, _ngram, True, "dflash", False),  # spec decided
         ({"source": "/m"}, _ngram, False, "dflash", False),  # not the bundled model
@@ -72,8 +72,10 @@ def test_measured_default_method(model, default, enabled, method, noted):
     out, notes = with_default_drafters(spec, None, _found, default)
     drafter = out.models[0].drafter
     assert (drafter.enabled, drafter.method, bool(notes)) == (enabled, method, noted)
-    if noted:
+    if noted and enabled:
         assert "--speculation dflash" in notes[0]
+    elif noted:
+        assert "no speculative decoding" in notes[0]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,54 @@
+"""The speculation schedule and the capacity model use each method's acceptance as measured
+through the server (spec_schedule.MEASURED_ACCEPTANCE), not one assumed acceptance for all:
+the table follows the committed served figures, and a method's schedule follows its table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from agentserve.autoscale.model import LatencyModel
+from agentserve.autoscale.spec_schedule import (
+    MEASURED_ACCEPTANCE,
+    acceptance_from_served,
+    latency_model_for,
+)
+from agentserve.spec import DeploymentSpec
+
+FIGURES = Path(__file__).resolve().parents[4] / "docs" / "benchmarks" / "speculative.json"
+
+
+def _rec(method, k, c, tau, workload="coding"):
+    return {"path": "served", "server": "agentserve", "method": method, "workload": workload,
+            "num_speculative_tokens": k, "concurrency": c, "tau": tau}  # fmt: skip
+
+
+def test_acceptance_is_inverted_from_tau_and_its_drop_fitted_over_batch():
+    records = [
+        _rec("ngram", 4, 1, 3.0), _rec("ngram", 4, 1, 3.0, "agent"), _rec("ngram", 4, 4, 2.5),
+        _rec("dflash", 3, 1, 1.5), _rec("none", 0, 1, 1.0),
+        {**_rec("ngram", 4, 1, 9.0), "server": "vllm_serve"},  # not agentserve: ignored
+    ]  # fmt: skip
+    got = acceptance_from_served(records)
+    assert set(got) == {"ngram", "dflash"}
+    a1, drop = got["ngram"]
+    assert LatencyModel(alpha_1=a1).tau(1, 4) == pytest.approx(3.0, abs=0.01)
+    assert LatencyModel(alpha_1=a1 - 2 * drop).tau(1, 4) == pytest.approx(2.5, abs=0.01)
+    assert got["dflash"][1] == 0.0  # measured at one concurrency only
+
+
+def test_table_follows_the_committed_served_figures():
+    records = json.loads(FIGURES.read_text())
+    assert acceptance_from_served(records) == MEASURED_ACCEPTANCE, (
+        "update agentserve.autoscale.spec_schedule.MEASURED_ACCEPTANCE from the served figures"
+    )
+
+
+@pytest.mark.parametrize("method", sorted(MEASURED_ACCEPTANCE))
+def test_each_methods_latency_model_carries_its_own_acceptance(method):
+    spec = DeploymentSpec.model_validate(
+        {"models": [{"drafter": {"enabled": True, "method": method, "num_speculative_tokens": 3}}]}
+    )
+    latency = latency_model_for(spec.models[0])
+    assert (latency.alpha_1, latency.alpha_drop_per_doubling) == MEASURED_ACCEPTANCE[method]
