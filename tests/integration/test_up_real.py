@@ -1,6 +1,9 @@
 """`agentserve up` with no spec, as the README runs it (plus `--traces`): local Ray, vLLM
-(CPU build), the bundled model with the speculation measured fastest for it
-(agentserve.drafters' DEFAULT_SPECULATION, n-gram today); the openai client (chat
+(CPU build), the bundled model with the speculation measured fastest for it through the
+server on this kind of CPU (agentserve.drafters' DEFAULT_SPECULATION) or, where that is plain
+decoding (AVX2 today), with `--speculation ngram`, so drafting is exercised either way (the
+plain default itself: tests/unit/agentserve/test_default_speculation.py and
+test_cli_up.py); the openai client (chat
 completions and /v1/responses); speculation visibly drafting in /metrics and `agentserve
 status`; examples 01 and 02 unchanged against it (02's trace read back from Phoenix down to
 the decode span); Ctrl-C. One engine start (~2 min on CPU) for all of it.
@@ -27,20 +30,20 @@ from up_server import agentserve_cmd, free_port
 pytestmark = pytest.mark.slow
 
 
-METHOD = default_speculation(BUNDLED_MODEL)
+METHOD = default_speculation(BUNDLED_MODEL) or "ngram"
+FLAGS = [] if default_speculation(BUNDLED_MODEL) else ["--speculation", METHOD]
 
 
 @pytest.fixture(scope="module")
 def server(start_up, tmp_path_factory):
     """The default spec and its measured-fastest method, with Phoenix (`server.phoenix`)."""
-    assert METHOD is not None, "no default speculation for the bundled model"
     if METHOD == "dflash":
         assert shipped_drafter(BUNDLED_MODEL) is not None, "no shipped DFlash drafter"
     port = free_port()
     traces = ["--traces", "--traces-port", str(port), "--traces-grpc-port", str(free_port())]
     with pytest.MonkeyPatch.context() as env:  # Phoenix's database in a temporary directory
         env.setenv("PHOENIX_WORKING_DIR", str(tmp_path_factory.mktemp("phoenix")))
-        up = start_up(*traces, ready_timeout_s=900)
+        up = start_up(*FLAGS, *traces, ready_timeout_s=900)
     up.phoenix = f"http://127.0.0.1:{port}"
     return up
 
