@@ -5,10 +5,13 @@ leads docs/benchmarks.md."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from pathlib import Path
 from typing import Any
+
+from agentserve.engine.cpu_settings import DEFAULT_SETTINGS
 
 from agentserve_bench.report import replace_section, write_json
 
@@ -38,7 +41,8 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
     for r in records:
         speedup = r.get("speedup_vs_plain")
         lines.append(
-            f"| {r['server']} | {r.get('settings', 'default')} | {r['dtype']} | {r['method']} "
+            f"| {r['server']} | {r.get('settings', DEFAULT_SETTINGS)} | {r['dtype']} "
+            f"| {r['method']} "
             f"| {r['num_speculative_tokens']} | {r['workload']} "
             f"| {r['concurrency']} | {_fmt(r['decode_tokens_per_s'], 1)} "
             f"| {_fmt(speedup)}{'x' if speedup else ''} | {_fmt(r.get('throughput_vs_plain'))} "
@@ -53,7 +57,7 @@ def _peer_line(records: list[dict[str, Any]]) -> str:
     plain = {
         (r["server"], r["workload"], r["concurrency"]): r["decode_tokens_per_s"]
         for r in records
-        if r["method"] == "none" and r.get("settings", "default") == "default"
+        if r["method"] == "none" and r.get("settings", DEFAULT_SETTINGS) == DEFAULT_SETTINGS
     }
     parts = []
     for (server, workload, c), ours in sorted(plain.items()):
@@ -76,20 +80,26 @@ def write_served(
     command: str,
     wall_s: float,
     machine: dict[str, Any],
+    keep_served: Any = None,
 ) -> list[Path]:
     """Write the records (texts as digests) and the section; returns the paths written."""
     date = time.strftime("%Y-%m-%d")
     saved = [
         {
-            **{k: v for k, v in r.items() if k != "texts"},
-            "text_digests": [_digest(t) for t in r["texts"]],
-            "date": date,
-            "command": command,
+            **{k: v for k, v in r.items() if k not in ("texts", "text_digests")},
+            "text_digests": r.get("text_digests") or [_digest(t) for t in r["texts"]],
+            "date": r.get("date", date),
+            "command": r.get("command", command),
         }
         for r in records
     ]
     figures = docs / "benchmarks" / "speculative.json"
-    write_json(saved, figures, keep=lambda r: r.get("path") != "served")
+    keep = keep_served or (lambda r: False)
+    kept = []
+    if figures.exists():
+        kept = [r for r in json.loads(figures.read_text()) if r.get("path") == "served" and keep(r)]
+    write_json(saved, figures, keep=lambda r: r.get("path") != "served" or keep(r))
+    records = [*kept, *records]  # the table shows the kept rows too (each has its command)
     env = records[0]["engine_env"] if records else {}
     score_text = ", ".join(
         f"{m}:{s['k']} {s['score']:.2f}x{'' if s['passes'] else ' (fails the bar)'}"

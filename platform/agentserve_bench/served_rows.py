@@ -11,6 +11,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from agentserve.engine.cpu_settings import DEFAULT_SETTINGS
+
 __all__ = [
     "MIN_C1_SPEEDUP",
     "MIN_LOADED_SPEEDUP",
@@ -41,7 +43,7 @@ def row(
     dtype: str,
     engine_env: dict[str, str],
     texts: list[str],
-    settings: str = "default",
+    settings: str = DEFAULT_SETTINGS,
 ) -> dict[str, Any]:
     """One served record (speedup and identity are filled by `fill_ratios`)."""
     drafts = counters.get("drafts", 0.0)
@@ -86,22 +88,28 @@ def fill_ratios(records: list[dict[str, Any]], default_method: str | None) -> li
             extra["throughput_vs_plain"] = _ratio(
                 r["throughput_tokens_per_s"], base["throughput_tokens_per_s"]
             )
-            same = sum(a == b for a, b in zip(r["texts"], base["texts"], strict=False))
-            extra["greedy_identical"] = f"{same}/{len(base['texts'])}"
+            ours, plain_replies = _replies(r), _replies(base)
+            same = sum(a == b for a, b in zip(ours, plain_replies, strict=False))
+            extra["greedy_identical"] = f"{same}/{len(plain_replies)}"
         want = default_method or "none"
         extra["default"] = _deciding(r) and r["method"] == want
         out.append({**r, **extra})
     return out
 
 
+def _replies(r: dict[str, Any]) -> list[str]:
+    """The reply texts of a record, or their digests once written (served_report)."""
+    return r["texts"] if "texts" in r else r.get("text_digests", [])
+
+
 def _cell(r: dict[str, Any]) -> tuple:
-    return (r["server"], r.get("settings", "default"), r["workload"], r["concurrency"])
+    return (r["server"], r.get("settings", DEFAULT_SETTINGS), r["workload"], r["concurrency"])
 
 
 def _deciding(r: dict[str, Any]) -> bool:
     """A record the default is decided from: agentserve, served, the default settings."""
     served = r.get("path") == "served" and r.get("server") == "agentserve"
-    return served and r.get("settings", "default") == "default"
+    return served and r.get("settings", DEFAULT_SETTINGS) == DEFAULT_SETTINGS
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -143,3 +151,34 @@ def served_default(records: Iterable[dict[str, Any]]) -> tuple[str, dict[str, di
     if not passing:
         return "none", scores
     return max(passing, key=lambda m: passing[m]["score"]), scores
+
+
+def reply_seconds(r: dict[str, Any]) -> float | None:
+    """A typical reply's time at the caller (pure): TTFT p50 plus the mean reply's remaining
+    tokens at the decode rate; what a user waits for, prefill and decode together."""
+    tokens = r["output_tokens"] / max(1, r["requests"])
+    if not r.get("decode_tokens_per_s") or r.get("ttft_ms_p50") is None:
+        return None
+    return r["ttft_ms_p50"] / 1000 + max(0.0, tokens - 1) / r["decode_tokens_per_s"]
+
+
+def settings_scores(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per engine-settings bundle of agentserve's served rows measured in one run (same
+    command): the method the default rule picks under it, and the mean reply time at
+    concurrency 1 over workloads with that method (lower is better)."""
+    by_settings: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("path") == "served" and r.get("server") == "agentserve":
+            by_settings.setdefault(r.get("settings", DEFAULT_SETTINGS), []).append(r)
+    out = {}
+    for name, rows in by_settings.items():
+        relabelled = [{**r, "settings": DEFAULT_SETTINGS} for r in rows]
+        method, _ = served_default(fill_ratios(relabelled, None))
+        times = [reply_seconds(r) for r in rows if r["method"] == method and r["concurrency"] == 1]
+        times = [t for t in times if t is not None]
+        out[name] = {
+            "method": method,
+            "reply_s": round(sum(times) / len(times), 2) if times else None,
+            "command": rows[0].get("command"),
+        }
+    return out

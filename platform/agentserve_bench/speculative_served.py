@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.engine.cpu_info import read_cpu_info
-from agentserve.engine.cpu_settings import SETTINGS, engine_environment
+from agentserve.engine.cpu_settings import DEFAULT_SETTINGS, SETTINGS, engine_environment
 from agentserve.spec import DeploymentSpec
 
 from agentserve_bench.served_client import (
@@ -191,7 +191,28 @@ def _engine_factory(engine: str, method: str) -> Any:
     return default_engine_factory
 
 
+def report_only(args: argparse.Namespace) -> int:
+    """Re-derive the ratios, default flags and the docs section from the committed served
+    rows (no measurement): after the default settings or the rule change."""
+    import json
+
+    figures = Path(args.docs) / "benchmarks" / "speculative.json"
+    records = [r for r in json.loads(figures.read_text()) if r.get("path") == "served"]
+    default, scores = served_default(fill_ratios(records, None))
+    records = fill_ratios(records, default)
+    commands = " ; ".join(sorted({r["command"] for r in records}))
+    out = write_served(
+        records, scores, default, Path(args.docs), command=commands, wall_s=0.0,
+        machine=records[0]["machine"],
+    )  # fmt: skip
+    print(f"default by the served rule: {default}; scores {scores}")
+    print(f"written: {', '.join(map(str, out))}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.report_only:
+        return report_only(args)
     methods = parse_methods(args.methods)
     peers = parse_methods(args.peer_methods) if args.peer_methods != "" else []
     if args.engine != "vllm" and peers:
@@ -221,9 +242,14 @@ def run(args: argparse.Namespace) -> int:
     default, scores = served_default(fill_ratios(records, None))
     records = fill_ratios(records, default)
     command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if args.keep_other_rows:
+        measured = {(r["server"], r["settings"]) for r in records}
+        keep = lambda r: (r.get("server"), r.get("settings")) not in measured  # noqa: E731
+    else:
+        keep = lambda r: False  # noqa: E731
     out = write_served(
         records, scores, default, Path(args.docs), command=command,
-        wall_s=time.perf_counter() - started, machine=machine,
+        wall_s=time.perf_counter() - started, machine=machine, keep_served=keep,
     )  # fmt: skip
     print(f"default by the served rule: {default}; scores {scores}")
     print(f"written: {', '.join(map(str, out))}")
@@ -269,10 +295,11 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--settings",
         type=lambda t: [x for x in t.split(",") if x],
-        default=["default"],
+        default=[DEFAULT_SETTINGS],
         help="comma list of named CPU engine settings to compare, each running every method "
         f"(agentserve.engine.cpu_settings.SETTINGS: {', '.join(SETTINGS)}); the default method "
-        "is chosen from the 'default' rows (default: default)",
+        f"is chosen from the {DEFAULT_SETTINGS!r} rows, the settings agentserve up applies "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--num-prompts", type=int, default=12, help="conversations per workload (default: 12)"
@@ -300,6 +327,18 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         type=float,
         default=3.0,
         help="wait before reading counters after a level (default: 3)",
+    )
+    p.add_argument(
+        "--keep-other-rows",
+        action="store_true",
+        help="keep the committed served rows of (server, settings) pairs this run does not "
+        "measure (each row carries its own command and date); default: replace all served rows",
+    )
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="measure nothing: re-derive ratios, default flags and the docs section from the "
+        "committed served rows (after the default settings or the rule changed)",
     )
     p.add_argument("--docs", type=Path, default=default_docs(), help="(default: %(default)s)")
     p.set_defaults(handler=run)

@@ -45,7 +45,7 @@ __all__ = [
 # checks this table against the committed figures. A method not listed keeps LatencyModel's
 # assumption.
 MEASURED_ACCEPTANCE: dict[str, tuple[float, float]] = {
-    "ngram": (0.84, 0.082),
+    "ngram": (0.84, 0.073),
     "dflash": (0.316, 0.006),
 }
 

@@ -15,8 +15,9 @@ from agentserve.drafters import (
     default_speculation,
     default_speculation_reason,
 )
+from agentserve.engine.cpu_settings import DEFAULT_SETTINGS
 from agentserve.model_sources import BUNDLED_MODEL
-from agentserve_bench.served_rows import served_default
+from agentserve_bench.served_rows import served_default, settings_scores
 
 FIGURES = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "speculative.json"
 
@@ -35,8 +36,25 @@ def test_there_are_served_figures_to_choose_from():
     served = _served_by_machine()
     assert served, "no served rows: run `agentserve bench speculative-served`"
     for rows in served.values():
-        assert {r["workload"] for r in rows} == {"coding", "agent"}
-        assert {r["concurrency"] for r in rows} >= {1, 4}
+        deciding = [r for r in rows if r["server"] == "agentserve"
+                    and r["settings"] == DEFAULT_SETTINGS]  # fmt: skip
+        assert {r["workload"] for r in deciding} == {"coding", "agent"}
+        assert {r["concurrency"] for r in deciding} >= {1, 4}
+        assert {r["method"] for r in deciding} >= {"none", "ngram"}
+
+
+def test_default_engine_settings_serve_fastest_in_their_run():
+    """Among the settings bundles measured in the same run as the default one, the default
+    gives the shortest reply (TTFT + decode) with its own best method."""
+    for machine, rows in _served_by_machine().items():
+        default_run = {r["command"] for r in rows if r["settings"] == DEFAULT_SETTINGS}
+        assert len(default_run) == 1, f"{machine}: default settings measured in several runs"
+        scores = settings_scores(r for r in rows if r["command"] in default_run)
+        best = min(scores, key=lambda name: scores[name]["reply_s"])
+        assert best == DEFAULT_SETTINGS, (
+            f"on {machine} {best} serves fastest ({scores}); update "
+            "agentserve.engine.cpu_settings.DEFAULT_SETTINGS and its defaults"
+        )
 
 
 def test_default_is_what_the_served_figures_choose_on_each_measured_machine():
@@ -47,8 +65,11 @@ def test_default_is_what_the_served_figures_choose_on_each_measured_machine():
             f"served figures on {machine} choose {best} (scores {scores}); update "
             "agentserve.drafters.DEFAULT_SPECULATION"
         )
-        assert all(r["default"] == (r["server"] == "agentserve" and r["method"] == best)
-                   for r in rows), "the rows' default flags disagree with the rule"  # fmt: skip
+        flagged = {(r["server"], r["settings"], r["method"]) for r in rows if r["default"]}
+        assert flagged == {("agentserve", DEFAULT_SETTINGS, best)}, (
+            "the rows' default flags disagree with the rule: run `agentserve bench "
+            "speculative-served --report-only`"
+        )
 
 
 def test_every_table_entry_has_served_figures_behind_it():

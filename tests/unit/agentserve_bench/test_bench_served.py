@@ -5,11 +5,12 @@ tests/integration/test_bench_served_real.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from agentserve_bench.served_client import Reply, level_figures, parse_spec_counters
 from agentserve_bench.served_report import write_served
-from agentserve_bench.served_rows import fill_ratios, row, served_default
+from agentserve_bench.served_rows import fill_ratios, row, served_default, settings_scores
 from agentserve_bench.speculative_served import parse_methods
 
 MACHINE = {"model": "AMD EPYC", "cores": 2, "features": ["avx2"], "cpu_class": "avx2"}
@@ -144,3 +145,28 @@ def test_each_settings_variant_is_compared_with_its_own_plain_and_never_decides(
     assert {r["speedup_vs_plain"] for r in variant} == {2.0}  # vs float32 plain, not bf16
     assert served_default(out)[0] == "none"  # the default settings' rows decide
     assert not any(r["default"] for r in variant)
+
+
+def test_settings_are_scored_by_the_reply_time_of_their_own_best_method():
+    rows = []
+    for name, plain, ngram, ttft in (
+        ("all-iomp", 20.0, 26.0, 2000.0),
+        ("reserve-iomp", 17.0, 20.0, 3800.0),
+    ):
+        for r in _grid({"ngram": {k: ngram / plain for k in _all(1.0)}}):
+            scaled = r["decode_tokens_per_s"] * plain / 20.0
+            rows.append({**r, "settings": name, "decode_tokens_per_s": scaled, "ttft_ms_p50": ttft,
+                         "command": "same"})  # fmt: skip
+    scores = settings_scores(fill_ratios(rows, None))
+    assert scores["all-iomp"]["method"] == "ngram" == scores["reserve-iomp"]["method"]
+    # 2.0 s + 4 tokens at 26 tok/s, against 3.8 s + 4 at 20
+    assert scores["all-iomp"]["reply_s"] == pytest.approx(2.0 + 4 / 26.0, abs=0.01)
+    assert scores["all-iomp"]["reply_s"] < scores["reserve-iomp"]["reply_s"]
+
+
+def test_engine_defaults_are_the_named_default_settings():
+    from agentserve.engine.cpu_settings import DEFAULT_SETTINGS, SETTINGS, engine_environment
+
+    iomp = Path("/venv/lib/libiomp5.so")
+    named = engine_environment(SETTINGS[DEFAULT_SETTINGS], cores=[0, 1], iomp=iomp)
+    assert engine_environment({}, cores=[0, 1], iomp=iomp) == named

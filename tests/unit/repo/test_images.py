@@ -166,11 +166,14 @@ def test_chart_default_images_are_what_the_workflow_pushes():
     serving = values["servingImage"]
     helpers = (CHART / "templates" / "_helpers.tpl").read_text()
     assert "default .Chart.AppVersion .Values.operator.image.tag" in helpers
-    assert '(printf "%s-cuda" .Chart.AppVersion) .Values.servingImage.tag' in helpers
+    # serving pods: the CUDA image for models that ask for GPUs, the CPU image otherwise
+    assert 'ternary (printf "%s-cuda" .root.Chart.AppVersion) .root.Chart.AppVersion' in helpers
+    assert "default $tag .root.Values.servingImage.tag" in helpers
     assert f"{op['repository']}:{op['tag'] or chart['appVersion']}" == pushed_cpu
     assert f"{serving['repository']}:{serving['tag'] or chart['appVersion'] + '-cuda'}" == (
         pushed_cuda
     )
+    assert f"{serving['repository']}:{serving['tag'] or chart['appVersion']}" == pushed_cpu
 
 
 @pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cuda"])

@@ -42,7 +42,7 @@ def test_default_fills_the_schedule_of_the_measured_model():
         spec.models[0], latency_model_for(spec.models[0])
     )
     # not the acceptance assumed for every method before it was measured
-    assert CPU_SCHEDULE != schedule_for(spec.models[0], LatencyModel())
+    assert schedule_for(spec.models[0], LatencyModel()) != CPU_SCHEDULE
     assert spec.models[0].drafter.num_speculative_tokens_per_batch_size is None  # a copy
     assert with_default_schedules(out) == out  # idempotent
 

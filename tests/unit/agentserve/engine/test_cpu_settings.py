@@ -74,13 +74,21 @@ def test_environment_fills_only_what_is_unset(tmp_path):
     env = engine_environment({}, cores=[0, 1], iomp=iomp)
     assert env == {
         "VLLM_CPU_KVCACHE_SPACE": "4",
-        "VLLM_CPU_OMP_THREADS_BIND": "1",
-        "LD_PRELOAD": str(iomp),
+        "VLLM_CPU_OMP_THREADS_BIND": "0,1",  # the measured default: every core, GNU OpenMP
     }
-    user = {"VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_KVCACHE_SPACE": "8", "LD_PRELOAD": "/x.so"}
+    assert engine_environment({"AGENTSERVE_CPU_IOMP": "1"}, [0, 1], iomp)["LD_PRELOAD"] == str(iomp)
+    assert (
+        engine_environment({"AGENTSERVE_CPU_BIND": "reserve"}, [0, 1], iomp)[
+            "VLLM_CPU_OMP_THREADS_BIND"
+        ]
+        == "1"
+    )
+    user = {"VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_KVCACHE_SPACE": "8", "LD_PRELOAD": "/x.so",
+            "AGENTSERVE_CPU_IOMP": "1"}  # fmt: skip
     assert engine_environment(user, cores=[0, 1], iomp=iomp) == {"LD_PRELOAD": f"/x.so:{iomp}"}
     # an OpenMP the user preloads (GNU or LLVM) is kept: two OpenMP runtimes cannot mix
-    assert "LD_PRELOAD" not in engine_environment({"LD_PRELOAD": "/l/libgomp.so"}, [0, 1], iomp)
+    gomp = {"LD_PRELOAD": "/l/libgomp.so", "AGENTSERVE_CPU_IOMP": "1"}
+    assert "LD_PRELOAD" not in engine_environment(gomp, [0, 1], iomp)
     assert engine_environment({"AGENTSERVE_CPU_BIND": "all"}, [0, 1], None) == {
         "VLLM_CPU_KVCACHE_SPACE": "4",
         "VLLM_CPU_OMP_THREADS_BIND": "0,1",
