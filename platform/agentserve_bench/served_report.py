@@ -100,7 +100,9 @@ def write_served(
         kept = [r for r in json.loads(figures.read_text()) if r.get("path") == "served" and keep(r)]
     write_json(saved, figures, keep=lambda r: r.get("path") != "served" or keep(r))
     records = [*kept, *records]  # the table shows the kept rows too (each has its command)
-    env = records[0]["engine_env"] if records else {}
+    envs = {r.get("settings", DEFAULT_SETTINGS): r["engine_env"] for r in records}
+    env_text = "; ".join(f"{name}: `{env}`" for name, env in envs.items())
+    took = f"; {wall_s:.0f} s" if wall_s else ""
     score_text = ", ".join(
         f"{m}:{s['k']} {s['score']:.2f}x{'' if s['passes'] else ' (fails the bar)'}"
         for m, s in sorted(scores.items())
@@ -109,7 +111,8 @@ def write_served(
         "## Speculation through the server (the source of truth for the default)\n\n"
         f"Command: `{command}` ({date}; {machine['model']}, {machine['cores']} cores, "
         f"features {', '.join(machine['features']) or 'none'}, class `{machine['cpu_class']}`; "
-        f'engine environment `{env}`; {wall_s:.0f} s). Raw figures: the `"path": "served"` '
+        f"engine environment by settings: {env_text}{took}). Raw figures: the "
+        '`"path": "served"` '
         "rows of `benchmarks/speculative.json`.\n\n"
         "Every row is streamed through the HTTP API (greedy, held-out conversations, "
         "decode tok/s = mean over requests of output tokens after the first / time from first "
