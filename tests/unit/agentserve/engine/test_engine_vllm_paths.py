@@ -4,6 +4,7 @@ naming each one when missing, and the `gpu` extra pinned to the supported releas
 from __future__ import annotations
 
 import importlib
+import re
 import tomllib
 import types
 from pathlib import Path
@@ -66,7 +67,10 @@ def test_gpu_extra_and_cuda_image_pin_the_supported_releases():
     as_tuple = lambda v: tuple(int(x) for x in v.split(".")[:2])  # noqa: E731
     assert as_tuple(low) <= as_tuple(cpu_version) < as_tuple(high)  # tests run a supported one
     dockerfile = (ROOT / "docker" / "Dockerfile.cuda").read_text()
-    assert '".[gpu]"' in dockerfile and f"startswith('{low}.')" in dockerfile
+    # the image pins one vLLM release (ARG VLLM_VERSION) inside the supported range
+    pinned = re.search(r"ARG VLLM_VERSION=(\S+)", dockerfile)
+    assert '".[gpu]"' in dockerfile and pinned and pinned.group(1).startswith(f"{low}.")
+    assert "v('vllm') == '${VLLM_VERSION}'" in dockerfile
     assert "HF_HUB_OFFLINE=1" not in dockerfile  # the operator decides per deployment
 
 
