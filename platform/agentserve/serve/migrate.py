@@ -17,6 +17,9 @@ fake engine; usually, not always, for BPE tokenizers). Sampled output continues 
 but not identically. Output that tool-call, reasoning or structured-output parsers shape
 cannot be continued (their state does not travel): such a request is re-issued only
 when nothing was passed on yet, else the error reaches the client as before.
+
+Poison: a request under which POISON_DEATHS (2) replicas died is not sent to a third; it
+ends with PoisonRequestError (400, serve/poison.py) whatever `max_migrations` allows.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentserve.engine.protocol import Continuation, Delta, EngineDeadError, EngineRequest
+from agentserve.serve.poison import POISON_DEATHS, PoisonRequestError
 
 __all__ = ["DEFAULT_MAX_MIGRATIONS", "Progress", "continuation_request", "migrating"]
 
@@ -133,10 +137,14 @@ async def migrating(
     request: EngineRequest,
     max_migrations: int = DEFAULT_MAX_MIGRATIONS,
     on_migrate: Callable[[int], None] | None = None,
+    poison_deaths: int | None = POISON_DEATHS,
+    on_poison: Callable[[], None] | None = None,
 ) -> AsyncIterator[Delta]:
     """`generate(request)`'s deltas; on EngineDeadError, the continuation's (see module
     docstring). `on_migrate(attempt)` is called before each re-issue. Deltas that carry
-    nothing for the client (token ids only) are folded into the progress, not yielded."""
+    nothing for the client (token ids only) are folded into the progress, not yielded.
+    The `poison_deaths`-th death (None: never) raises PoisonRequestError after calling
+    `on_poison()`."""
     progress = Progress()
     attempt, current = 0, request
     while True:
@@ -159,6 +167,15 @@ async def migrating(
                 yield delta
             return
         except EngineDeadError as err:
+            if poison_deaths is not None and attempt + 1 >= poison_deaths:
+                log.error(
+                    "request %s: %d replicas died under it; failed as a poison request",
+                    request.request_id,
+                    attempt + 1,
+                )
+                if on_poison is not None:
+                    on_poison()
+                raise PoisonRequestError(attempt + 1) from err
             if attempt >= max_migrations or not _can_continue(request, progress):
                 raise
             if _budget_spent(request, progress):

@@ -169,7 +169,9 @@ def test_migrations_are_bounded():
     for e in engines:
         e.inject("crash", after_tokens=2)
     seen: list[int] = []
-    stream = migrating(Pool(*engines).generate, _chat(max_tokens=11), 2, seen.append)
+    stream = migrating(
+        Pool(*engines).generate, _chat(max_tokens=11), 2, seen.append, poison_deaths=None
+    )
     delivered: list[Delta] = []
 
     async def run():
