@@ -58,6 +58,7 @@ from agentserve.serve.http_errors import error_body, install_error_handlers
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
+from agentserve.serve.poison import PoisonList
 from agentserve.serve.priority import Dispatcher
 from agentserve.serve.shared_limits import LocalQuota, SharedQuota
 from agentserve.spec import DeploymentSpec, TenantSpec
@@ -100,6 +101,7 @@ class _Ingress:
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.parser = RequestParser(self.max_model_len)
         self.salter = CacheSalter()
+        self.poison = PoisonList(clock)  # requests that crashed replicas (serve/poison.py)
 
     def set_tenants(self, tenants: Sequence[TenantSpec]) -> None:
         """Replace the tenants, keys and limits (the ingress's user_config changed:
@@ -186,6 +188,7 @@ class _Ingress:
         call.span = span
         status = 500
         try:
+            self.poison.check(tenant.name, kind, body)  # 400 when it crashed replicas
             engine_request = self._engine_request(kind, body, request, tenant, span)
             ready = await self.backends[body.model].ready_replicas()
             await self.dispatch.send(body.model, tenant, body, call.count, ready)
@@ -197,6 +200,7 @@ class _Ingress:
                     r,
                     self.spec.server.max_migrations,
                     on_migrate=lambda _: self.metrics.migrations.labels(body.model).inc(),
+                    on_poison=lambda: self.poison.add(tenant.name, kind, body),
                 ),
             )
             first = await self._first_or_hold(body.model, stream, ready)
