@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from agentserve.api.errors import APIError, InvalidRequestError
+from agentserve.api.validate import check_values
 from agentserve.engine.protocol import EngineRequestError
 
 __all__ = ["ResponsesRequest"]
@@ -96,6 +97,7 @@ class ResponsesRequest:
         for name, why in _REFUSED.items():
             if data.get(name) not in (None, False):
                 raise _unsupported(name, why)
+        check_values(data)  # NaN, lone surrogates, depth: also in fields only echoed
         _check_echoed(data)
         _check_truncation(data.get("truncation"))
         _check_include(data.get("include"))
@@ -222,12 +224,20 @@ def _messages(instructions: Any, items: Any) -> list[dict[str, Any]]:
 
 def _message(item: dict[str, Any], param: str) -> dict[str, Any]:
     role = item.get("role")
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:  # a list or dict is unhashable
+        got = repr(role)[:64] if isinstance(role, str) else f"a JSON {_json_type(role)}"
         raise _bad(
-            f"'{param}.role' must be one of user, system, developer, assistant; got {role!r}.",
+            f"'{param}.role' must be one of user, system, developer, assistant; got {got}.",
             f"{param}.role",
         )
     return {"role": _ROLES[role], "content": _content(item.get("content"), f"{param}.content")}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    names = {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _content(content: Any, param: str) -> str:

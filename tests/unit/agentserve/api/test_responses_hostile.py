@@ -4,8 +4,10 @@ an OpenAI-shaped 400 naming a parameter, never a 5xx (ASGI ingress, fake engine)
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx2
+import pytest
 from test_responses_api import KEY, Served
 
 FIELDS = (
@@ -91,3 +93,43 @@ def test_a_large_body_is_translated_on_the_validation_worker():
     (call,) = asyncio.run(run()).output
     assert call.type == "function_call" and call.arguments == '{"word": "cat"}'
     assert len(served.engine.requests[-1].body.tools[0].function.description) > INLINE_BODY_BYTES
+
+
+def _post_raw(served: Served, raw: bytes) -> httpx2.Response:
+    async def post():
+        http = httpx2.AsyncClient(transport=served.transport, base_url="http://t")
+        headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+        return await http.post("/v1/responses", content=raw, headers=headers)
+
+    return asyncio.run(post())
+
+
+def test_a_role_that_is_a_list_or_an_object_is_a_named_400():
+    """Issue 30 item 8: an unhashable role raised TypeError (500)."""
+    served = Served()
+    for role in (["user"], {"a": 1}, 5, None):
+        body = {"model": "m", "input": [{"type": "message", "role": role, "content": "hi"}]}
+        response = _post_raw(served, json.dumps(body).encode())
+        assert response.status_code == 400, (role, response.text)
+        error = response.json()["error"]
+        assert error["param"] == "input[0].role" and error["type"] == "invalid_request_error"
+        assert "must be one of user, system, developer, assistant" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        (b'{"model":"m","input":"hi","stream_options":{"x":NaN}}', "stream_options.x"),
+        (b'{"model":"m","input":"hi","reasoning":{"effort":"low","x":Infinity}}', "reasoning.x"),
+        (b'{"model":"m","input":"hi","metadata":{"k":"a\\ud800b"}}', "metadata.k"),
+        (b'{"model":"m","input":"hi","text":{"format":{"type":"text"},"v":"\\udfff"}}', "text.v"),
+    ],
+)
+def test_nan_or_a_lone_surrogate_in_an_echoed_field_is_a_named_400(raw, param):
+    """Issue 30 item 8: fields only echoed back were not checked, so the Response could
+    not be rendered (500)."""
+    response = _post_raw(Served(), raw)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+    assert "finite number" in error["message"] or "not valid Unicode" in error["message"]
