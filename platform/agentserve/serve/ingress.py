@@ -29,7 +29,7 @@ from opentelemetry.trace import NoOpTracer, Span, Tracer
 
 from agentserve.api.auth import Tenant, TenantResolver
 from agentserve.api.body import read_body
-from agentserve.api.cache_salt import CacheSalter
+from agentserve.api.cache_salt import CacheSalter, salt_key
 from agentserve.api.errors import APIError, OverloadedError
 from agentserve.api.openai import ResponseBuilder
 from agentserve.api.responses import ResponsesRequest
@@ -100,7 +100,7 @@ class _Ingress:
         )
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.parser = RequestParser(self.max_model_len)
-        self.salter = CacheSalter()
+        self.salter = CacheSalter(salt_key())  # shared by all ingress replicas
         self.poison = PoisonList(clock)  # requests that crashed replicas (serve/poison.py)
 
     def set_tenants(self, tenants: Sequence[TenantSpec]) -> None:
