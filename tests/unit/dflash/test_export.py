@@ -103,3 +103,19 @@ def test_config_validation_names_the_field():
         DFlashConfig(
             hidden_size=8, vocab_size=10, num_target_layers=4, mask_token_id=1, target_layer_ids=[5]
         )
+
+
+def test_shipped_drafter_remote_code_is_the_exported_source(tiny_drafter, tmp_path):
+    """One source for the drafter's remote code: the export copies dflash/hf_remote_code.py,
+    and every drafter shipped in the wheel carries that file unchanged."""
+    from pathlib import Path
+
+    from dflash.export import REMOTE_CODE
+
+    exported = save_drafter(tiny_drafter, tmp_path / "d", dtype=torch.float32) / "dflash.py"
+    assert exported.read_bytes() == REMOTE_CODE.read_bytes()
+    shipped_root = Path(__file__).resolve().parents[3] / "platform/agentserve/drafters"
+    shipped = sorted(shipped_root.glob("*/dflash.py"))
+    assert shipped, shipped_root
+    for path in shipped:
+        assert path.read_bytes() == REMOTE_CODE.read_bytes(), f"{path} drifted: re-export it"
