@@ -53,6 +53,7 @@ from agentserve.serve.admission import (
 )
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.fanout import fan_out
+from agentserve.serve.health import HealthCache, UnauthenticatedLimit
 from agentserve.serve.host_guard import OpenModeGuard, trusted_hosts
 from agentserve.serve.http_errors import error_body, install_error_handlers
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
@@ -342,19 +343,7 @@ class _Ingress:
         return ModelList(data=cards).model_dump(mode="json", exclude_none=True)
 
     async def health(self) -> JSONResponse:
-        states: dict[str, str] = {}
-        for name, backend in self.backends.items():
-            try:
-                await backend.health()
-                states[name] = "ok"
-            except Exception:  # any failure means "not ready"; log it, tell no details
-                log.warning("health check of model %s failed", name, exc_info=True)
-                states[name] = "unavailable"
-        ok = all(s == "ok" for s in states.values())
-        return JSONResponse(
-            {"status": "ok" if ok else "unavailable", "models": states},
-            status_code=200 if ok else 503,
-        )
+        return await self.health_cache.response()  # serve/health.py: 1 s, one in flight
 
     async def metrics_text(self) -> Response:
         for name, backend in self.backends.items():
@@ -430,6 +419,7 @@ def create_app(
     app.add_middleware(AdminGate, metrics_port=spec.server.metrics_port)  # serve/admin.py
     open_mode = ingress.tenants.open_mode  # then only trusted hosts, JSON POSTs
     app.add_middleware(OpenModeGuard, trusted=trusted_hosts(spec) if open_mode else None)
+    app.add_middleware(UnauthenticatedLimit, keys_required=lambda: not ingress.tenants.open_mode)
     app.state.ingress = ingress
     install_error_handlers(app)
 

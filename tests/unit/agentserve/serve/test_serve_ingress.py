@@ -174,6 +174,8 @@ def test_models_and_health(open_client):
     assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["m"]
     assert client.get("/health").status_code == 200
     engine.healthy = False
+    assert client.get("/health").status_code == 200  # the answer is cached for 1 s
+    client.app.state.ingress.health_cache.ttl_s = 0.0  # expired
     r = client.get("/health")
     assert r.status_code == 503 and r.json()["models"]["m"].startswith("unavailable")
 
