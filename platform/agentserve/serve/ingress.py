@@ -102,6 +102,7 @@ class _Ingress:
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.parser = RequestParser(self.max_model_len)
         self.salter = CacheSalter(salt_key())  # shared by all ingress replicas
+        self.health_cache = HealthCache(self.backends)
         self.poison = PoisonList(clock)  # requests that crashed replicas (serve/poison.py)
 
     def set_tenants(self, tenants: Sequence[TenantSpec]) -> None:
