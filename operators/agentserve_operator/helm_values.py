@@ -131,7 +131,14 @@ def _addons() -> dict[str, Any]:
         "kuberay-operator": _free("Values passed to the KubeRay operator chart."),
         "phoenix": _obj(
             {"enabled": _bool("Deploy the Phoenix trace UI (tracing issue)."),
-             "image": _image()},
+             "image": _image(),
+             "networkPolicy": _obj(
+                 {"enabled": _bool("Only the release namespace's Ray pods and pods of "
+                                   "ingressNamespaces may reach Phoenix (it has no auth)."),
+                  "ingressNamespaces": {
+                      "type": "array", "items": {"type": "string", "minLength": 1},
+                      "description": "Namespaces whose pods may reach the UI (6006)."}},
+                 "NetworkPolicy of the Phoenix pod.")},
             "Phoenix trace UI (OTLP receiver + UI).",
         ),
         "grafana": _obj(

@@ -275,9 +275,8 @@ def podmonitor(d: r.Desired) -> dict[str, Any]:
     }
 
 
-# KubeRay's operator pods (its Helm chart's label) reach the head's dashboard (Serve config
-# submission, status) and the dashboard agent on each pod.
-KUBERAY_OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
+# KubeRay's operator pods (kubernetes.kuberay_operator_labels) reach the head's dashboard
+# (Serve config submission, status) and the dashboard agent on each pod.
 DASHBOARD_PORTS = (DASHBOARD_PORT, DASHBOARD_AGENT_PORT)
 
 
@@ -290,11 +289,11 @@ def network_policy(d: r.Desired) -> dict[str, Any]:
     The dashboard binds 0.0.0.0 (pods.head_group): this policy is what keeps it private."""
     ray_pods = {"matchLabels": {LABEL_DEPLOYMENT: d.name, LABEL_COMPONENT: "ray"}}
     # one peer, both selectors: KubeRay's operator pods in KubeRay's namespace only (a pod
-    # anyone labels kuberay-operator elsewhere must not reach an unauthenticated dashboard)
+    # anyone labels so elsewhere must not reach an unauthenticated dashboard)
     kuberay_ns = {"kubernetes.io/metadata.name": d.kube.kuberay_namespace}
     kuberay = {
         "namespaceSelector": {"matchLabels": kuberay_ns},
-        "podSelector": {"matchLabels": KUBERAY_OPERATOR},
+        "podSelector": {"matchLabels": dict(d.kube.kuberay_operator_labels)},
     }
     admin = [port for _, port in admin_ports(d)] + [RAY_METRICS_PORT]
     return {

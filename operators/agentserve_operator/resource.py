@@ -40,6 +40,11 @@ IN_POD_HOST = "0.0.0.0"  # the Serve proxy must listen on the pod IP for the Ser
 # /metrics and /status: the ingress replica (pinned to the head pod) listens here
 DEFAULT_METRICS_PORT = 9400
 CLUSTER_INGRESS_REPLICAS = 2  # one ingress replica can die without taking every stream
+# on KubeRay's operator pods whether installed by its Helm chart (name: kuberay-operator,
+# component: kuberay-operator) or its kustomize manifests (name: kuberay, component:
+# kuberay-operator), v1.4 to v1.6
+KUBERAY_OPERATOR_LABELS = {"app.kubernetes.io/component": "kuberay-operator"}
+_LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 _ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 # set by the operator itself (manifests/pods.py): `env` may not replace them
@@ -132,10 +137,18 @@ class KubernetesSpec(_K8s):
         "kuberay-system",
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         max_length=63,
-        description="Namespace of KubeRay's operator: only its pods (label "
-        "app.kubernetes.io/name=kuberay-operator) in this namespace may reach the Ray "
+        description="Namespace of KubeRay's operator: only its pods (labels "
+        "kuberay_operator_labels) in this namespace may reach the Ray "
         "dashboard and dashboard agent (NetworkPolicy). The chart sets its release "
         "namespace when it installs KubeRay (kuberay.enabled).",
+    )
+    kuberay_operator_labels: dict[str, str] = Field(
+        default_factory=lambda: dict(KUBERAY_OPERATOR_LABELS),
+        min_length=1,
+        description="Labels of KubeRay's operator pods, all required (NetworkPolicy "
+        "podSelector). The default, app.kubernetes.io/component=kuberay-operator, is on "
+        "the pods of both KubeRay installs: its Helm chart and its kustomize manifests "
+        "(ray-operator/config/default, whose pods carry app.kubernetes.io/name=kuberay).",
     )
     upgrade_strategy: Literal["NewCluster", "None"] = Field(
         "NewCluster",
@@ -191,6 +204,15 @@ class KubernetesSpec(_K8s):
         default_factory=dict,
         description="Affinity of the Ray head pod (a Kubernetes core/v1 Affinity, as is).",
     )
+
+    @field_validator("kuberay_operator_labels")
+    @classmethod
+    def _label_selector(cls, labels: dict[str, str]) -> dict[str, str]:
+        bad = [f"{k}={v}" for k, v in labels.items()
+               if not k or len(k) > 253 or not re.match(_LABEL_VALUE, v)]  # fmt: skip
+        if bad:
+            raise ValueError(f"not Kubernetes labels: {', '.join(bad)}")
+        return labels
 
     @field_validator("env")
     @classmethod

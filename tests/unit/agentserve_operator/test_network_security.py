@@ -8,6 +8,7 @@ from pathlib import PurePosixPath
 import pytest
 import test_helm
 from agentserve_operator import manifests as m
+from agentserve_operator.resource import KUBERAY_OPERATOR_LABELS
 from test_helm import CHART_DIR, HELM, render
 from test_manifests import by_kind, desired
 
@@ -93,8 +94,9 @@ def test_network_policy_admits_the_api_everyone_and_ray_ports_only_to_ray_pods()
     # has no auth on KubeRay 1.4 (job submission = code execution)
     namespace = {"kubernetes.io/metadata.name": d.kube.kuberay_namespace}
     assert d.kube.kuberay_namespace == "kuberay-system"
-    assert kuberay["from"] == [{"namespaceSelector": {"matchLabels": namespace},
-                                "podSelector": {"matchLabels": m.KUBERAY_OPERATOR}}]  # fmt: skip
+    peer = {"namespaceSelector": {"matchLabels": namespace},
+            "podSelector": {"matchLabels": KUBERAY_OPERATOR_LABELS}}  # fmt: skip
+    assert kuberay["from"] == [peer]
     assert internal == {"from": [{"podSelector": {"matchLabels": ray_pods}}]}
     open_to_all = {p["port"] for rule in spec["ingress"] if "from" not in rule
                    for p in rule["ports"]}  # fmt: skip
