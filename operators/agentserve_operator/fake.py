@@ -11,6 +11,7 @@ import copy
 import itertools
 from typing import Any
 
+from agentserve_operator import resource as r
 from agentserve_operator.plan import ObjectRef
 from agentserve_operator.reconcile import RetriableClusterError
 
@@ -113,7 +114,9 @@ class FakeCluster:
     def read_secret(self, namespace: str, name: str) -> dict[str, str] | None:
         self.calls.append(("get", f"Secret/{name}"))
         obj = self.find("Secret", name, namespace)
-        return None if obj is None else dict(obj.get("stringData") or {})
+        if obj is None:
+            return None
+        return {**r.secret_text(name, obj.get("data")), **(obj.get("stringData") or {})}
 
     def crd_exists(self, name: str) -> bool:
         return name in self.crds

@@ -7,7 +7,6 @@ forced: the operator owns what it sets). API failures become RetriableClusterErr
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 from typing import Any
 
@@ -103,7 +102,7 @@ class KubeCluster:
             raise _translate(err, f"read Secret/{name}") from None
         except HTTPError as err:
             raise _translate(err, f"read Secret/{name}") from None
-        return {k: base64.b64decode(v).decode("utf-8") for k, v in (secret.data or {}).items()}
+        return r.secret_text(name, secret.data)
 
     def crd_exists(self, name: str) -> bool:
         try:

@@ -9,6 +9,8 @@ gives it (spec_defaults.with_default_schedules), so the ConfigMap and RayService
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -304,6 +306,22 @@ def _kube_spec(raw: dict[str, Any]) -> KubernetesSpec:
         ]
         lines = [f"  {path}: {msg}" for path, msg in pairs]
         raise InvalidResource("\n".join(["invalid AgentServe:", *lines]), pairs) from None
+
+
+def secret_text(name: str, data: dict[str, str] | None) -> dict[str, str]:
+    """A Secret's `data` (base64 values) as text; a value that is not UTF-8 (binary: an API
+    key never is) is an InvalidResource naming the Secret and key, never a crash."""
+    out = {}
+    for key, value in (data or {}).items():
+        try:
+            out[key] = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise InvalidResource(
+                f"invalid AgentServe: Secret {name!r}: the value of key {key!r} is not "
+                "UTF-8 text (API keys and tokens are text)",
+                [(f"Secret/{name}", f"key {key!r} is not UTF-8 text")],
+            ) from None
+    return out
 
 
 def _tenants_with_hashes(

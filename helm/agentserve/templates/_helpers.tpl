@@ -90,6 +90,17 @@ Secret and the serving image filled in where the spec leaves them out. */}}
 {{- toYaml $spec }}
 {{- end }}
 
+{{/* The namespaces the operator watches, as JSON: operator.watchNamespaces plus the release
+namespace when the chart creates its AgentServe there (else nobody would reconcile it);
+[] = all namespaces. */}}
+{{- define "agentserve.watchNamespaces" -}}
+{{- $ns := .Values.operator.watchNamespaces | default list }}
+{{- if and $ns (include "agentserve.firstEnabled" .) (not (has .Release.Namespace $ns)) }}
+{{- $ns = append $ns .Release.Namespace }}
+{{- end }}
+{{- toJson $ns }}
+{{- end }}
+
 {{/* Whether the chart creates the first AgentServe. */}}
 {{- define "agentserve.firstEnabled" -}}
 {{- if and .Values.agentServe.enabled (or .Values.model.source (.Values.agentServe.spec | default dict).models) }}true{{ end }}
