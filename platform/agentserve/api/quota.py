@@ -6,7 +6,8 @@ A 60 s sliding window per tenant; the clock is injected. Tokens are reserved at 
 actual prompt + output tokens are charged. A request whose reservation does not fit what
 is left of the tenant's `tokens_per_minute` (charged tokens in the window plus the
 reservations of its requests in flight) is refused, so concurrent requests cannot
-overspend the budget together.
+overspend the budget together. A request of n choices holds n places of the tenant's
+max_concurrent_requests (each is an engine sequence), and one of its requests_per_minute.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agentserve.api.auth import Tenant
-from agentserve.api.errors import RateLimitError
+from agentserve.api.errors import InvalidRequestError, RateLimitError
 
 __all__ = ["Lease", "RateLimiter"]
 
@@ -36,16 +37,16 @@ class _Usage:
 class Lease:
     """An admitted request; call `finish(tokens)` exactly once when it ends."""
 
-    def __init__(self, limiter: RateLimiter, tenant: str, reserved: int = 0):
+    def __init__(self, limiter: RateLimiter, tenant: str, reserved: int = 0, count: int = 1):
         self._limiter, self._tenant, self._open = limiter, tenant, True
-        self.reserved = reserved
+        self.reserved, self.count = reserved, count
 
     def finish(self, tokens: int) -> None:
         """Release the concurrency slot and the reservation, charge the `tokens` actually
         used (prompt + output); later calls do nothing."""
         if self._open:
             self._open = False
-            self._limiter._finish(self._tenant, tokens, self.reserved)
+            self._limiter._finish(self._tenant, tokens, self.reserved, self.count)
 
 
 class RateLimiter:
@@ -55,16 +56,25 @@ class RateLimiter:
         self._clock = clock
         self._usage: dict[str, _Usage] = {}
 
-    def admit(self, tenant: Tenant, reserve_tokens: int = 0) -> Lease:
-        """Count one request for `tenant`, reserving `reserve_tokens` of its
-        tokens_per_minute, or raise RateLimitError (429) naming the limit."""
+    def admit(self, tenant: Tenant, reserve_tokens: int = 0, count: int = 1) -> Lease:
+        """Count one request of `count` choices for `tenant`, reserving `reserve_tokens` of
+        its tokens_per_minute, or raise RateLimitError (429) naming the limit
+        (InvalidRequestError, 400, when `count` alone exceeds max_concurrent_requests)."""
         limits, now = tenant.rate_limit, self._clock()
         usage = self._usage.setdefault(tenant.name, _Usage())
         _expire(usage, now)
-        if limits.max_concurrent_requests and usage.in_flight >= limits.max_concurrent_requests:
+        most = limits.max_concurrent_requests
+        if most and count > most:
+            raise InvalidRequestError(
+                f"n={count} choices would be {count} requests in flight, more than tenant "
+                f"{tenant.name!r}'s max_concurrent_requests ({most}); send a smaller n",
+                param="n",
+                code="concurrency_limit_exceeded",
+            )
+        if most and usage.in_flight + count > most:
             raise RateLimitError(
-                f"tenant {tenant.name!r}: {usage.in_flight} requests in flight, limit "
-                f"{limits.max_concurrent_requests}",
+                f"tenant {tenant.name!r}: {usage.in_flight} requests in flight, limit {most}"
+                + (f" (this one counts {count}: its n)" if count > 1 else ""),
                 code="concurrency_limit_exceeded",
             )
         if limits.requests_per_minute and len(usage.requests) >= limits.requests_per_minute:
@@ -76,13 +86,28 @@ class RateLimiter:
         if limits.tokens_per_minute:
             _check_tokens(tenant.name, limits.tokens_per_minute, usage, reserve, now)
         usage.requests.append(now)
-        usage.in_flight += 1
+        usage.in_flight += count
         usage.reserved += reserve
-        return Lease(self, tenant.name, reserve)
+        return Lease(self, tenant.name, reserve, count)
 
-    def _finish(self, tenant: str, tokens: int, reserved: int) -> None:
+    def adopt(self, tenant: Tenant, reserve_tokens: int = 0, count: int = 1) -> Lease:
+        """Count a request admitted elsewhere (by another book, before a restart) without
+        checking any limit: it runs already. Its reservation is taken as given."""
+        usage = self._usage.setdefault(tenant.name, _Usage())
+        _expire(usage, self._clock())
+        reserve = reserve_tokens if tenant.rate_limit.tokens_per_minute else 0
+        usage.requests.append(self._clock())
+        usage.in_flight += count
+        usage.reserved += reserve
+        return Lease(self, tenant.name, reserve, count)
+
+    def in_flight(self, tenant: str) -> int:
+        usage = self._usage.get(tenant)
+        return 0 if usage is None else usage.in_flight
+
+    def _finish(self, tenant: str, tokens: int, reserved: int, count: int = 1) -> None:
         usage = self._usage[tenant]
-        usage.in_flight -= 1
+        usage.in_flight -= count
         usage.reserved -= reserved
         if tokens > 0:
             usage.tokens.append((self._clock(), tokens))

@@ -9,7 +9,10 @@ are finished by the book, charging their whole reservation (the tokens may have 
 spent), and so is any lease older than the longest request (an answer its owner never
 got). An owner may name its leases: finishing a lease the book does not hold (yet) withdraws
 that name, so an admission the owner gave up on (its call timed out) and finished before it
-arrived opens nothing when it does. Pure: the clock is injected, there is no Ray here.
+arrived opens nothing when it does. Finishing is idempotent (a retried finish charges
+once). A restarted book knows no lease: each owner's renewal lists its open leases and
+the book adopts those it lacks (`adopt`), so the limits count them again at once. Pure:
+the clock is injected, there is no Ray here.
 
 Answers are plain data (they cross a Ray call): `admit` returns ("lease", lease id) or
 ("refused", (message, retry_after_s, code)); `refusal_error` turns the latter back into
@@ -25,13 +28,14 @@ import time
 from collections.abc import Callable
 
 from agentserve.api.auth import Tenant
-from agentserve.api.errors import RateLimitError
+from agentserve.api.errors import APIError, InvalidRequestError, RateLimitError
 from agentserve.api.quota import Lease, RateLimiter
 
 __all__ = [
     "LEASE_TTL_S",
     "RENEW_S",
     "Admission",
+    "OpenLease",
     "QuotaBook",
     "has_limits",
     "refusal_error",
@@ -44,6 +48,8 @@ DEFAULT_MAX_AGE_S = 360.0  # server.request_timeout_s' default (300 s) and a mar
 
 # ("lease", id) | ("refused", (message, retry_after_s, code)) | ("withdrawn", id)
 Admission = tuple[str, object]
+# an owner's open lease as it reports it: (lease id, tenant, reserved tokens, count)
+OpenLease = tuple[str, Tenant, int, int]
 
 
 def has_limits(tenant: Tenant) -> bool:
@@ -64,8 +70,12 @@ def share_of(tenant: Tenant, replicas: int) -> Tenant:
     return dataclasses.replace(tenant, rate_limit=tenant.rate_limit.model_copy(update=split))
 
 
-def refusal_error(refusal: object) -> RateLimitError:
+def refusal_error(refusal: object) -> APIError:
+    """The RateLimitError (429) of a refusal; InvalidRequestError (400) for a request
+    that can never fit (its n over max_concurrent_requests: no retry_after_s)."""
     message, retry_after_s, code = refusal  # type: ignore[misc]
+    if retry_after_s is None:
+        return InvalidRequestError(message, param="n", code=code)
     return RateLimitError(message, retry_after_s=retry_after_s, code=code)
 
 
@@ -91,7 +101,12 @@ class QuotaBook:
         self.expired = 0  # leases finished for owners that went silent
 
     def admit(
-        self, owner: str, tenant: Tenant, reserve_tokens: int = 0, lease_id: str | None = None
+        self,
+        owner: str,
+        tenant: Tenant,
+        reserve_tokens: int = 0,
+        lease_id: str | None = None,
+        count: int = 1,
     ) -> Admission:
         """("lease", id) or ("refused", ...); ("withdrawn", id) when `lease_id` was finished
         before this admission arrived."""
@@ -99,9 +114,10 @@ class QuotaBook:
         if lease_id is not None and self._withdrawn.pop(lease_id, None) is not None:
             return "withdrawn", lease_id
         try:
-            lease = self.limiter.admit(tenant, reserve_tokens)
-        except RateLimitError as err:
-            return "refused", (err.message, err.retry_after_s, err.code)
+            lease = self.limiter.admit(tenant, reserve_tokens, count)
+        except APIError as err:  # RateLimitError, or n over max_concurrent_requests (400)
+            retry_after_s = getattr(err, "retry_after_s", None)  # None: a 400, never fits
+            return "refused", (err.message, retry_after_s, err.code)
         lease_id = lease_id or f"{owner}/{next(self._ids)}"
         self._leases[lease_id] = (owner, lease)
         self._opened[lease_id] = self._clock()
@@ -117,6 +133,27 @@ class QuotaBook:
             entry[1].finish(tokens)
         else:
             self._withdrawn[lease_id] = self._clock()
+
+    def adopt(self, owner: str, leases: list[OpenLease]) -> int:
+        """Count `owner`'s open leases the book does not hold (it restarted, or expired
+        them while the owner was unreachable), without checking limits; how many."""
+        self.renew(owner)
+        adopted = 0
+        for lease_id, tenant, reserved, count in leases:
+            if lease_id in self._leases or lease_id in self._withdrawn:
+                continue
+            self._leases[lease_id] = (owner, self.limiter.adopt(tenant, reserved, count))
+            self._opened[lease_id] = self._clock()
+            adopted += 1
+        return adopted
+
+    def in_flight_elsewhere(self, owner: str) -> dict[str, int]:
+        """Tenant -> requests in flight through owners other than `owner`."""
+        counts: dict[str, int] = {}
+        for who, lease in self._leases.values():
+            if who != owner:
+                counts[lease._tenant] = counts.get(lease._tenant, 0) + lease.count
+        return counts
 
     def renew(self, owner: str) -> None:
         """`owner` is alive; finish the leases of owners silent for the TTL."""

@@ -121,7 +121,7 @@ class _Ingress:
         `reserve_tokens` (429)."""
         self.shares.admit(model, tenant, count)
         try:
-            lease = await self.quota.admit(tenant, reserve_tokens)
+            lease = await self.quota.admit(tenant, reserve_tokens, count)  # n counts n
         except BaseException:
             self.shares.release(model, tenant.name, count)
             raise

@@ -1,23 +1,31 @@
 """Tenant limits that hold across ingress replicas.
 
-With `server.ingress_replicas` > 1 the app runs one QuotaKeeper deployment (one replica,
-no CPU) holding the api/quota_book.QuotaBook, and every ingress replica admits the
-requests of rate-limited tenants through it (SharedQuota): one Serve call at admission,
-one fire-and-forget call when the request ends, one renewal per ingress every RENEW_S.
-Calls are batched (group commit): what arrives while a call is in flight goes in the
-next one, so 16 requests at once cost about two calls, not 16. A lease granted to a
-request that went away while it waited is given back, and so is one granted by a call
-that timed out here but reached the keeper (the ingress names its leases and withdraws
-the names of a failed call: api/quota_book.py).
+With `server.ingress_replicas` > 1 the app runs one QuotaKeeper deployment (one replica)
+holding the api/quota_book.QuotaBook, and every ingress replica admits the requests of
+rate-limited tenants through it (SharedQuota): one Serve call at admission, and one
+`sync` call per ingress at least every RENEW_S that carries the leases finished since
+the last one and the list of the ingress's open leases. Calls are batched (group commit):
+what arrives while a call is in flight goes in the next one, so 16 requests at once cost
+about two calls, not 16. A lease granted to a request that went away while it waited is
+given back, and so is one granted by a call that timed out here but reached the keeper
+(the ingress names its leases and withdraws the names of a failed call).
 Tenants without limits never call it. With one ingress replica the limits stay in its
 memory (LocalQuota) and cost nothing.
 
-Failure: when the keeper cannot answer within CALL_TIMEOUT_S (restarting, unreachable),
-an ingress applies its share of each limit alone (limit / ingress replicas, rounded up)
-for KEEPER_RETRY_S, then tries the keeper again. The limits then hold per replica, not
-exactly in all. A restarted keeper starts with an empty book (the requests of the last
-minute are forgotten). Leases of an ingress that died are finished by the book after its
-LEASE_TTL_S (api/quota_book.py).
+Reliability: a finish (or withdrawal) stays pending here until a sync that carried it
+succeeded, retried every FINISH_RETRY_S (finishing is idempotent in the book), so a
+stalled or restarting keeper cannot hold a tenant's slot for minutes. A restarted keeper
+adopts the open leases every sync lists, so its book is whole again at the first sync
+(api/quota_book.py). Leases of an ingress that died are finished by the book after its
+LEASE_TTL_S.
+
+Failure: when the keeper cannot answer within CALL_TIMEOUT_S (stalled, restarting,
+unreachable), an ingress admits alone, for KEEPER_RETRY_S or until a sync gets through:
+each limit split over the ingress replicas (rounded up) against this ingress's own
+requests (its leases through the keeper count: `mirror`), and concurrency also bounded
+by what the other ingresses held at the last sync. A tenant then overshoots its
+concurrency limit by at most one per ingress replica beyond the first, and only by what
+the rounding gives.
 
 Ray-free: the keeper is a plain class Serve hosts (serve/app.py), the client takes any
 handle whose methods return awaitables from `.remote(...)`.
@@ -26,6 +34,8 @@ handle whose methods return awaitables from `.remote(...)`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import itertools
 import logging
 import time
@@ -34,11 +44,13 @@ from collections.abc import Callable
 from typing import Any
 
 from agentserve.api.auth import Tenant
+from agentserve.api.errors import RateLimitError
 from agentserve.api.quota import Lease, RateLimiter
 from agentserve.api.quota_book import (
     DEFAULT_MAX_AGE_S,
     RENEW_S,
     Admission,
+    OpenLease,
     QuotaBook,
     has_limits,
     refusal_error,
@@ -48,7 +60,8 @@ from agentserve.api.quota_book import (
 __all__ = ["CALL_TIMEOUT_S", "KEEPER_RETRY_S", "LocalQuota", "QuotaKeeper", "SharedQuota"]
 
 CALL_TIMEOUT_S = 2.0
-KEEPER_RETRY_S = 5.0
+KEEPER_RETRY_S = 2.0  # at most the renewal period: a sync that succeeds ends it sooner
+FINISH_RETRY_S = 0.25  # a sync that failed is tried again after this
 log = logging.getLogger(__name__)
 
 
@@ -58,8 +71,8 @@ class LocalQuota:
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.limiter = RateLimiter(clock)
 
-    async def admit(self, tenant: Tenant, reserve_tokens: int = 0) -> Lease:
-        return self.limiter.admit(tenant, reserve_tokens)
+    async def admit(self, tenant: Tenant, reserve_tokens: int = 0, count: int = 1) -> Lease:
+        return self.limiter.admit(tenant, reserve_tokens, count)
 
     async def drain(self) -> None:
         """Nothing is ever pending here (SharedQuota.drain's counterpart)."""
@@ -73,15 +86,20 @@ class QuotaKeeper:
         self.book = QuotaBook(max_age_s=max_age_s)
 
     async def admit(
-        self, owner: str, requests: list[tuple[Tenant, int, str]]
+        self, owner: str, requests: list[tuple[Tenant, int, str, int]]
     ) -> list[Admission]:
-        """Admit each (tenant, reserve_tokens, lease id) in order: one answer per request."""
-        return [self.book.admit(owner, t, reserve, lease_id) for t, reserve, lease_id in requests]
+        """Admit each (tenant, reserve_tokens, lease id, count) in order: one answer each."""
+        return [self.book.admit(owner, t, r, lease_id, n) for t, r, lease_id, n in requests]
 
-    async def finish(self, owner: str, leases: list[tuple[str, int]]) -> None:
-        """Finish each (lease id, tokens used)."""
-        for lease_id, tokens in leases:
+    async def sync(
+        self, owner: str, finished: list[tuple[str, int]], open_leases: list[OpenLease]
+    ) -> dict[str, int]:
+        """Finish each (lease id, tokens used), adopt the open leases the book lacks, renew
+        `owner`; returns tenant -> requests in flight through the other owners."""
+        for lease_id, tokens in finished:
             self.book.finish(owner, lease_id, tokens)
+        self.book.adopt(owner, open_leases)
+        return self.book.in_flight_elsewhere(owner)
 
     async def renew(self, owner: str) -> int:
         """Renew `owner`; the number of its open leases (for tests and logs)."""
@@ -95,16 +113,19 @@ class QuotaKeeper:
 
 
 class _SharedLease:
-    """A lease held in the keeper; `finish` sends it back without waiting."""
+    """A lease of this ingress (through the keeper or admitted alone); `finish` queues
+    its finish for the keeper (retried until a sync carried it) without waiting."""
 
-    def __init__(self, quota: SharedQuota, lease_id: str, reserved: int):
-        self._quota, self.lease_id, self.reserved = quota, lease_id, reserved
+    def __init__(self, quota: SharedQuota, lease_id: str, tenant: Tenant, mirror: Lease):
+        self._quota, self.lease_id, self.tenant, self.mirror = quota, lease_id, tenant, mirror
+        self.reserved, self.count = mirror.reserved, mirror.count
         self._open = True
 
     def finish(self, tokens: int) -> None:
         if self._open:
             self._open = False
-            self._quota.finishes.submit((self.lease_id, tokens))
+            self.mirror.finish(tokens)
+            self._quota._finished(self.lease_id, tokens)
 
 
 class _Batches:
@@ -159,53 +180,100 @@ class SharedQuota:
     ):
         self.keeper, self.replicas, self.clock = keeper, replicas, clock
         self.owner = owner or uuid.uuid4().hex[:12]
-        self.local = RateLimiter(clock)  # unlimited tenants, and the fallback
+        self.local = RateLimiter(clock)  # unlimited tenants
+        self.mirror = RateLimiter(clock)  # this ingress's leases of limited tenants
+        self.open: dict[str, _SharedLease] = {}
+        self.pending: dict[str, int] = {}  # lease id -> tokens: finishes not yet synced
+        self.elsewhere: dict[str, int] = {}  # tenant -> in flight via other ingresses
         self._keeper_down_until = float("-inf")
-        self._renewing: asyncio.Task | None = None
+        self._syncing: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._attempts = 0  # sync calls made (drain waits for one)
         self._lease_ids = itertools.count()
         self.admits = _Batches(self._admit, lost=self._unwanted)
-        self.finishes = _Batches(self._finish)
 
-    async def admit(self, tenant: Tenant, reserve_tokens: int = 0) -> Lease | _SharedLease:
+    async def admit(
+        self, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
+    ) -> Lease | _SharedLease:
         if not has_limits(tenant):
-            return self.local.admit(tenant, reserve_tokens)
-        if self._renewing is None:
-            self._renewing = asyncio.ensure_future(self._renew_forever())
+            return self.local.admit(tenant, reserve_tokens, count)
+        self._start_syncing()
         if self.clock() >= self._keeper_down_until:
+            lease_id = self._new_id()
             try:
-                lease_id = f"{self.owner}/{next(self._lease_ids)}"
-                kind, value = await self.admits.submit((tenant, reserve_tokens, lease_id))
-            except Exception as err:  # the keeper restarting or unreachable
+                kind, value = await self.admits.submit((tenant, reserve_tokens, lease_id, count))
+            except Exception as err:  # the keeper stalled, restarting or unreachable
                 self._keeper_down(err)
             else:
                 if kind == "refused":
                     raise refusal_error(value)
-                return _SharedLease(self, str(value), reserve_tokens)
-        return self.local.admit(share_of(tenant, self.replicas), reserve_tokens)
+                mirror = self.mirror.adopt(tenant, reserve_tokens, count)
+                return self._hold(str(value), tenant, mirror)
+        return self._hold(self._new_id(), tenant, self._admit_alone(tenant, reserve_tokens, count))
 
     async def drain(self) -> None:
-        """Wait until the admissions and finishes submitted so far were sent (before
-        this process's loop ends: the finishes are not awaited by anyone)."""
+        """Wait until the admissions submitted so far were sent and the finishes pending
+        now went out in one sync attempt (before this process's loop ends)."""
         await self.admits.drain()
-        await self.finishes.drain()
+        if self.pending:
+            tried = self._attempts
+            self._start_syncing()
+            self._wake.set()
+            while self._attempts == tried:
+                await asyncio.sleep(0.005)
 
-    async def _admit(self, batch: list[tuple[Tenant, int, str]]) -> list[Admission]:
+    def _new_id(self) -> str:
+        return f"{self.owner}/{next(self._lease_ids)}"
+
+    def _hold(self, lease_id: str, tenant: Tenant, mirror: Lease) -> _SharedLease:
+        lease = _SharedLease(self, lease_id, tenant, mirror)
+        self.open[lease_id] = lease
+        return lease
+
+    def _admit_alone(self, tenant: Tenant, reserve_tokens: int, count: int) -> Lease:
+        """Admission while the keeper is down: this ingress's share of each limit, over
+        its own requests; concurrency also within what the others held at the last sync."""
+        alone = share_of(tenant, self.replicas)
+        most = tenant.rate_limit.max_concurrent_requests
+        if most:
+            room = min(
+                alone.rate_limit.max_concurrent_requests, most - self.elsewhere.get(tenant.name, 0)
+            )
+            if room <= 0 or self.mirror.in_flight(tenant.name) + count > room:
+                raise RateLimitError(
+                    f"tenant {tenant.name!r}: {most} requests in flight in all ingress "
+                    "replicas (limit reached)",
+                    code="concurrency_limit_exceeded",
+                )
+            limits = alone.rate_limit.model_copy(update={"max_concurrent_requests": None})
+            alone = dataclasses.replace(alone, rate_limit=limits)
+        return self.mirror.admit(alone, reserve_tokens, count)
+
+    def _finished(self, lease_id: str, tokens: int) -> None:
+        self.open.pop(lease_id, None)
+        self._withdraw(lease_id, tokens)
+
+    def _withdraw(self, lease_id: str, tokens: int = 0) -> None:
+        """Queue the finish of `lease_id` (or the withdrawal of a name the keeper may
+        have granted) for the next sync."""
+        self.pending[lease_id] = tokens
+        self._start_syncing()
+        self._wake.set()
+
+    async def _admit(self, batch: list[tuple[Tenant, int, str, int]]) -> list[Admission]:
         try:
             return await self._call("admit", self.owner, batch)
         except Exception:
             # it may have reached the keeper all the same: withdraw every lease it asked for
-            for _, _, lease_id in batch:
-                self.finishes.submit((lease_id, 0))
+            for _, _, lease_id, _ in batch:
+                self._withdraw(lease_id)
             raise
 
     def _unwanted(self, answer: Admission) -> None:
         """A lease granted to a request that went away while it waited: give it back."""
         kind, value = answer
         if kind == "lease":
-            self.finishes.submit((str(value), 0))
-
-    async def _finish(self, batch: list[tuple[str, int]]) -> None:
-        await self._quiet("finish", batch)  # nobody waits for it: failures are logged
+            self._withdraw(str(value))
 
     async def _call(self, method: str, *args: Any) -> Any:
         # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
@@ -213,20 +281,53 @@ class SharedQuota:
         async with asyncio.timeout(CALL_TIMEOUT_S):
             return await getattr(self.keeper, method).remote(*args)
 
-    async def _quiet(self, method: str, *args: Any) -> None:
-        try:
-            await self._call(method, self.owner, *args)
-        except Exception as err:
-            log.warning("tenant limits keeper: %s failed: %r", method, err)
+    def _start_syncing(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        if self._syncing is None or self._syncing.done():
+            self._syncing = asyncio.ensure_future(self._sync_forever())
 
-    async def _renew_forever(self) -> None:
+    async def _sync_forever(self) -> None:
         while True:
-            await asyncio.sleep(RENEW_S)
-            await self._quiet("renew")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RENEW_S):
+                    await self._wake.wait()
+            self._wake.clear()
+            if not await self._sync():
+                await asyncio.sleep(FINISH_RETRY_S)
+                if self.pending:
+                    self._wake.set()
 
-    def _keeper_down(self, err: BaseException) -> None:
+    async def _sync(self) -> bool:
+        """One sync call: the pending finishes and the open leases; True when it got
+        through (the finishes it carried are then done, the keeper is up)."""
+        try:
+            return await self._sync_once()
+        finally:
+            self._attempts += 1
+
+    async def _sync_once(self) -> bool:
+        finished = dict(self.pending)
+        open_leases = [(i, x.tenant, x.reserved, x.count) for i, x in self.open.items()]
+        try:
+            elsewhere = await self._call("sync", self.owner, list(finished.items()), open_leases)
+        except Exception as err:
+            log.warning("tenant limits keeper: sync failed (%d finishes pending): %r",
+                        len(self.pending), err)  # fmt: skip
+            self._keeper_down(err, quiet=True)
+            return False
+        for lease_id, tokens in finished.items():
+            if self.pending.get(lease_id) == tokens:
+                del self.pending[lease_id]
+        self.elsewhere = dict(elsewhere or {})
+        self._keeper_down_until = float("-inf")  # it answered: admit through it again
+        return True
+
+    def _keeper_down(self, err: BaseException, quiet: bool = False) -> None:
+        was_up = self.clock() >= self._keeper_down_until
         self._keeper_down_until = self.clock() + KEEPER_RETRY_S
-        log.warning(
-            "tenant limits keeper unavailable (%r): this ingress applies 1/%d of each limit "
-            "alone for %g s", err, self.replicas, KEEPER_RETRY_S,
-        )  # fmt: skip
+        if was_up and not quiet:
+            log.warning(
+                "tenant limits keeper unavailable (%r): this ingress admits alone (1/%d of "
+                "each limit) until it answers again", err, self.replicas,
+            )  # fmt: skip

@@ -115,3 +115,31 @@ def test_a_lease_finished_before_its_admission_arrives_is_never_opened():
     clock.now = 101
     book.renew("a")  # a withdrawal is forgotten once no admission can be that late
     assert book.admit("a", tenant, lease_id="a/9") == ("lease", "a/9")
+
+
+def test_n_choices_hold_n_concurrency_places_and_n_over_the_limit_is_a_400():
+    book, tenant = QuotaBook(Clock()), _tenant(max_concurrent_requests=4)
+    kind, lease = book.admit("a", tenant, 0, "l1", count=3)  # n=3: three engine sequences
+    assert kind == "lease"
+    refused = book.admit("b", tenant, 0, "l2", count=2)
+    assert refused[0] == "refused" and refusal_error(refused[1]).status == 429
+    never = book.admit("b", tenant, 0, "l3", count=5)
+    err = refusal_error(never[1])
+    assert err.status == 400 and err.param == "n", "n=5 can never fit a limit of 4"
+    book.finish("a", lease, 10)
+    assert book.admit("b", tenant, 0, "l4", count=4)[0] == "lease"
+
+
+def test_finish_is_idempotent_and_a_restarted_book_adopts_open_leases():
+    clock = Clock()
+    book, tenant = QuotaBook(clock), _tenant(max_concurrent_requests=2, tokens_per_minute=100)
+    _, lease = book.admit("a", tenant, 30, "a/1")
+    book.finish("a", lease, 20)
+    book.finish("a", lease, 20)  # a retried finish charges once
+    assert book.admit("a", tenant, 80, "a/2")[0] == "lease", "20 charged, not 40"
+    restarted = QuotaBook(clock)
+    assert restarted.adopt("a", [("a/2", tenant, 80, 1), ("a/3", tenant, 1, 1)]) == 2
+    assert restarted.adopt("a", [("a/2", tenant, 80, 1)]) == 0, "adopted once"
+    kind, _ = restarted.admit("b", tenant, 1, "b/1")
+    assert kind == "refused", "the adopted leases count against the limits"
+    assert restarted.in_flight_elsewhere("b") == {"t": 2}

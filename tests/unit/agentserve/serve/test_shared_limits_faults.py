@@ -1,0 +1,84 @@
+"""The tenant-limits keeper failing (serve/shared_limits.py): a finish lost to a stalled
+keeper is retried until it lands, a restarted keeper rebuilds its book from the ingress
+replicas' open leases, and while it is down each replica counts its own leases and the
+others' last known ones, so a tenant overshoots its concurrency limit by at most one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from agentserve.api.errors import RateLimitError
+from agentserve.serve import shared_limits
+from agentserve.serve.shared_limits import QuotaKeeper, SharedQuota
+from test_shared_limits import FakeKeeperHandle, _spec, _tenant
+
+
+async def _until(predicate, timeout_s: float = 3.0) -> bool:
+    for _ in range(int(timeout_s / 0.01)):
+        if predicate():
+            return True
+        await asyncio.sleep(0.01)
+    return predicate()
+
+
+def test_a_finish_lost_to_an_unreachable_keeper_is_retried_until_it_lands():
+    handle = FakeKeeperHandle(QuotaKeeper())
+    quota, tenant = SharedQuota(handle, 2), _tenant(_spec(max_concurrent_requests=1))
+
+    async def run():
+        lease = await quota.admit(tenant)
+        handle.down = True
+        lease.finish(7)
+        assert await _until(lambda: quota._attempts >= 1), "a sync was tried (and failed)"
+        assert handle.keeper.book.open_leases() == 1
+        handle.down = False
+        assert await _until(lambda: handle.keeper.book.open_leases() == 0), "retried"
+        await quota.admit(tenant)  # the tenant's one slot is free again
+
+    asyncio.run(run())
+
+
+def test_a_restarted_keeper_rebuilds_its_book_from_the_open_leases(monkeypatch):
+    monkeypatch.setattr(shared_limits, "RENEW_S", 0.02)
+    handle = FakeKeeperHandle(QuotaKeeper())
+    a, b = SharedQuota(handle, 2, owner="a"), SharedQuota(handle, 2, owner="b")
+    tenant = _tenant(_spec(max_concurrent_requests=3))
+
+    async def run():
+        held = [await a.admit(tenant), await a.admit(tenant), await b.admit(tenant)]
+        handle.keeper = QuotaKeeper()  # restarted: an empty book
+        assert await _until(lambda: handle.keeper.book.open_leases() == 3), "adopted"
+        with pytest.raises(RateLimitError):
+            await b.admit(tenant)
+        held[0].finish(1)
+        assert await _until(lambda: handle.keeper.book.open_leases() == 2)
+        await b.admit(tenant)
+
+    asyncio.run(run())
+
+
+def test_while_the_keeper_is_down_no_replica_exceeds_the_limit_by_more_than_one(monkeypatch):
+    monkeypatch.setattr(shared_limits, "RENEW_S", 0.02)
+    handle = FakeKeeperHandle(QuotaKeeper())
+    a, b = SharedQuota(handle, 2, owner="a"), SharedQuota(handle, 2, owner="b")
+    tenant = _tenant(_spec(max_concurrent_requests=3))
+
+    async def admitted(quota: SharedQuota, tries: int) -> list:
+        leases = []
+        for _ in range(tries):
+            with contextlib.suppress(RateLimitError):
+                leases.append(await quota.admit(tenant))
+        return leases
+
+    async def run():
+        held = [await a.admit(tenant), await a.admit(tenant), await b.admit(tenant)]
+        assert await _until(lambda: b.elsewhere.get("alpha") == 2 and a.elsewhere.get("alpha") == 1)
+        handle.down = True
+        more = await admitted(a, 3) + await admitted(b, 3)
+        assert len(held) + len(more) <= 3 + 1, "at most one over the limit"
+        held[0].finish(1)  # a's own count drops: it may admit again, alone
+        assert len(await admitted(a, 1)) == 1
+
+    asyncio.run(run())
