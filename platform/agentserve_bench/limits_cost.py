@@ -74,7 +74,7 @@ def _run(calls: int, port: int) -> list[dict[str, Any]]:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        keeper = serve.deployment(QuotaKeeper).options(**quota_options()).bind()
+        keeper = serve.deployment(QuotaKeeper).options(**quota_options()).bind(recover_s=0)
         handle = serve.run(keeper, name=APP, route_prefix=None)
 
         async def shared(c: int) -> dict:

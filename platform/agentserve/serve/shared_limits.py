@@ -60,6 +60,8 @@ from agentserve.api.quota_book import (
 __all__ = ["CALL_TIMEOUT_S", "KEEPER_RETRY_S", "LocalQuota", "QuotaKeeper", "SharedQuota"]
 
 CALL_TIMEOUT_S = 2.0
+ADMIT_TIMEOUT_S = 1.0  # an admission waits no longer on a stalled keeper, then goes alone
+RECOVER_S = RENEW_S + 0.5  # a (re)started keeper admits nothing until every ingress synced
 KEEPER_RETRY_S = 2.0  # at most the renewal period: a sync that succeeds ends it sooner
 FINISH_RETRY_S = 0.25  # a sync that failed is tried again after this
 log = logging.getLogger(__name__)
@@ -82,24 +84,41 @@ class QuotaKeeper:
     """The Serve deployment holding the one QuotaBook (async methods: one at a time on
     its event loop, no locks needed)."""
 
-    def __init__(self, max_age_s: float = DEFAULT_MAX_AGE_S) -> None:
-        self.book = QuotaBook(max_age_s=max_age_s)
+    def __init__(
+        self,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+        recover_s: float = RECOVER_S,
+    ) -> None:
+        """`recover_s`: how long after its start the keeper leaves admission to the
+        ingresses while their syncs rebuild its book (0: none, for tests)."""
+        self.book = QuotaBook(clock, max_age_s=max_age_s)
+        self._clock, self._ready_at = clock, clock() + recover_s
+
+    def recovering(self) -> bool:
+        """Just (re)started: the ingresses' open leases may not all be adopted yet."""
+        return self._clock() < self._ready_at
 
     async def admit(
         self, owner: str, requests: list[tuple[Tenant, int, str, int]]
     ) -> list[Admission]:
-        """Admit each (tenant, reserve_tokens, lease id, count) in order: one answer each."""
+        """Admit each (tenant, reserve_tokens, lease id, count) in order: one answer each;
+        ("recovering", None) each while `recovering()` (the ingress then admits alone)."""
+        if self.recovering():
+            self.book.renew(owner)
+            return [("recovering", None)] * len(requests)
         return [self.book.admit(owner, t, r, lease_id, n) for t, r, lease_id, n in requests]
 
     async def sync(
         self, owner: str, finished: list[tuple[str, int]], open_leases: list[OpenLease]
     ) -> dict[str, int]:
         """Finish each (lease id, tokens used), adopt the open leases the book lacks, renew
-        `owner`; returns tenant -> requests in flight through the other owners."""
+        `owner`; returns tenant -> requests in flight through the other owners (None
+        while recovering: the others may not have synced yet)."""
         for lease_id, tokens in finished:
             self.book.finish(owner, lease_id, tokens)
         self.book.adopt(owner, open_leases)
-        return self.book.in_flight_elsewhere(owner)
+        return None if self.recovering() else self.book.in_flight_elsewhere(owner)
 
     async def renew(self, owner: str) -> int:
         """Renew `owner`; the number of its open leases (for tests and logs)."""
@@ -207,6 +226,9 @@ class SharedQuota:
             else:
                 if kind == "refused":
                     raise refusal_error(value)
+                if kind == "recovering":  # its book is being rebuilt: admit alone
+                    alone = self._admit_alone(tenant, reserve_tokens, count)
+                    return self._hold(self._new_id(), tenant, alone)
                 mirror = self.mirror.adopt(tenant, reserve_tokens, count)
                 return self._hold(str(value), tenant, mirror)
         return self._hold(self._new_id(), tenant, self._admit_alone(tenant, reserve_tokens, count))
@@ -262,7 +284,7 @@ class SharedQuota:
 
     async def _admit(self, batch: list[tuple[Tenant, int, str, int]]) -> list[Admission]:
         try:
-            return await self._call("admit", self.owner, batch)
+            return await self._call("admit", self.owner, batch, timeout_s=ADMIT_TIMEOUT_S)
         except Exception:
             # it may have reached the keeper all the same: withdraw every lease it asked for
             for _, _, lease_id, _ in batch:
@@ -275,10 +297,10 @@ class SharedQuota:
         if kind == "lease":
             self._withdraw(str(value))
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
         # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
         # races the call's end, and the renewal loop then never stops
-        async with asyncio.timeout(CALL_TIMEOUT_S):
+        async with asyncio.timeout(timeout_s or CALL_TIMEOUT_S):
             return await getattr(self.keeper, method).remote(*args)
 
     def _start_syncing(self) -> None:
@@ -319,7 +341,8 @@ class SharedQuota:
         for lease_id, tokens in finished.items():
             if self.pending.get(lease_id) == tokens:
                 del self.pending[lease_id]
-        self.elsewhere = dict(elsewhere or {})
+        if elsewhere is not None:  # None: a recovering keeper, keep the last known
+            self.elsewhere = dict(elsewhere)
         self._keeper_down_until = float("-inf")  # it answered: admit through it again
         return True
 

@@ -24,7 +24,7 @@ async def _until(predicate, timeout_s: float = 3.0) -> bool:
 
 
 def test_a_finish_lost_to_an_unreachable_keeper_is_retried_until_it_lands():
-    handle = FakeKeeperHandle(QuotaKeeper())
+    handle = FakeKeeperHandle(QuotaKeeper(recover_s=0))
     quota, tenant = SharedQuota(handle, 2), _tenant(_spec(max_concurrent_requests=1))
 
     async def run():
@@ -42,13 +42,13 @@ def test_a_finish_lost_to_an_unreachable_keeper_is_retried_until_it_lands():
 
 def test_a_restarted_keeper_rebuilds_its_book_from_the_open_leases(monkeypatch):
     monkeypatch.setattr(shared_limits, "RENEW_S", 0.02)
-    handle = FakeKeeperHandle(QuotaKeeper())
+    handle = FakeKeeperHandle(QuotaKeeper(recover_s=0))
     a, b = SharedQuota(handle, 2, owner="a"), SharedQuota(handle, 2, owner="b")
     tenant = _tenant(_spec(max_concurrent_requests=3))
 
     async def run():
         held = [await a.admit(tenant), await a.admit(tenant), await b.admit(tenant)]
-        handle.keeper = QuotaKeeper()  # restarted: an empty book
+        handle.keeper = QuotaKeeper(recover_s=0)  # restarted: an empty book
         assert await _until(lambda: handle.keeper.book.open_leases() == 3), "adopted"
         with pytest.raises(RateLimitError):
             await b.admit(tenant)
@@ -61,7 +61,7 @@ def test_a_restarted_keeper_rebuilds_its_book_from_the_open_leases(monkeypatch):
 
 def test_while_the_keeper_is_down_no_replica_exceeds_the_limit_by_more_than_one(monkeypatch):
     monkeypatch.setattr(shared_limits, "RENEW_S", 0.02)
-    handle = FakeKeeperHandle(QuotaKeeper())
+    handle = FakeKeeperHandle(QuotaKeeper(recover_s=0))
     a, b = SharedQuota(handle, 2, owner="a"), SharedQuota(handle, 2, owner="b")
     tenant = _tenant(_spec(max_concurrent_requests=3))
 
@@ -80,5 +80,27 @@ def test_while_the_keeper_is_down_no_replica_exceeds_the_limit_by_more_than_one(
         assert len(held) + len(more) <= 3 + 1, "at most one over the limit"
         held[0].finish(1)  # a's own count drops: it may admit again, alone
         assert len(await admitted(a, 1)) == 1
+
+    asyncio.run(run())
+
+
+def test_a_just_restarted_keeper_leaves_admission_to_the_ingresses_until_they_synced():
+    clock = [0.0]
+    keeper = QuotaKeeper(clock=lambda: clock[0])  # default recovery period
+    handle = FakeKeeperHandle(keeper)
+    quota, tenant = SharedQuota(handle, 2, owner="a"), _tenant(_spec(max_concurrent_requests=4))
+
+    async def run():
+        lease = await quota.admit(tenant)  # recovering: admitted alone (share 2)
+        assert keeper.book.open_leases() == 0 and lease.lease_id in quota.open
+        await quota.admit(tenant)
+        with pytest.raises(RateLimitError):
+            await quota.admit(tenant)
+        clock[0] = shared_limits.RECOVER_S
+        await quota.drain()
+        quota._wake.set()  # a sync: the keeper adopts both leases
+        assert await _until(lambda: keeper.book.open_leases() == 2)
+        await quota.admit(tenant)  # through the keeper now, with the whole limit
+        assert keeper.book.open_leases() == 3
 
     asyncio.run(run())
