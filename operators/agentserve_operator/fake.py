@@ -88,6 +88,14 @@ class FakeCluster:
         self.objects[ref] = merged
         return copy.deepcopy(merged)
 
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        ref = ObjectRef.of(obj)
+        self.calls.append(("create", f"{ref.kind}/{ref.name}"))
+        self._maybe_fail("create")
+        if ref in self.objects:
+            raise RetriableClusterError(f"fake: {ref.kind}/{ref.name} already exists (409)")
+        return copy.deepcopy(self.put(obj))
+
     def delete(self, ref: ObjectRef) -> None:
         self.calls.append(("delete", f"{ref.kind}/{ref.name}"))
         self._maybe_fail("delete")

@@ -76,6 +76,14 @@ class KubeCluster:
         except (DynamicApiError, ApiException, HTTPError) as err:
             raise _translate(err, f"apply {ref.kind}/{ref.name}") from None
 
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        ref = ObjectRef.of(obj)
+        try:
+            res = self._resource(ref.api_version, ref.kind)
+            return res.create(body=obj, namespace=ref.namespace).to_dict()
+        except (DynamicApiError, ApiException, HTTPError) as err:
+            raise _translate(err, f"create {ref.kind}/{ref.name}") from None
+
     def delete(self, ref: ObjectRef) -> None:
         try:
             res = self._resource(ref.api_version, ref.kind)

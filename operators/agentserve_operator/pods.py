@@ -21,6 +21,7 @@ from agentserve.placement import gpus_per_node
 from agentserve.spec import ModelSpec, TolerationSpec
 
 from agentserve_operator import resource as r
+from agentserve_operator.key_salt import salt_env
 
 __all__ = [
     "autoscaler_volume_mounts",
@@ -216,7 +217,7 @@ def head_group(d: r.Desired, admin_ports: list[tuple[str, int]]) -> dict[str, An
     never GPUs, never weights; scheduled by kubernetes.head_* settings."""
     size = {"cpu": str(d.kube.head_cpus), "memory": d.kube.head_memory}
     container = _container(d, "ray-head", {"requests": size, "limits": dict(size)}, worker=False)
-    container["env"].append(POD_IP_ENV)
+    container["env"] += [POD_IP_ENV, *salt_env(d.name)]  # the ingress replicas run here
     container["ports"] = [
         {"name": "gcs", "containerPort": 6379},
         {"name": "dashboard", "containerPort": DASHBOARD_PORT},

@@ -12,7 +12,9 @@ from typing import Any, Protocol
 from agentserve_operator import kuberay as kr
 from agentserve_operator import manifests as m
 from agentserve_operator import resource as r
+from agentserve_operator.key_salt import ensure_salt, head_pods_have_salt
 from agentserve_operator.plan import Action, ObjectRef, plan
+from agentserve_operator.references import check_references
 from agentserve_operator.status import Observation, compute_status, invalid_status
 
 __all__ = ["Cluster", "ClusterError", "ReconcileResult", "RetriableClusterError", "reconcile"]
@@ -33,6 +35,8 @@ class Cluster(Protocol):
 
     def get(self, ref: ObjectRef) -> dict[str, Any] | None: ...
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+    # create only (409 when it exists: RetriableClusterError)
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]: ...
     def delete(self, ref: ObjectRef) -> None: ...
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]: ...
     # decoded data, None when absent; InvalidResource when a value is not UTF-8 text
@@ -52,18 +56,17 @@ class ReconcileResult:
     error: r.InvalidResource | None = None
 
 
-def _secret_name(cr: dict[str, Any]) -> str | None:
-    kube = (cr.get("spec") or {}).get("kubernetes") or {}
-    name = kube.get("api_key_secret") if isinstance(kube, dict) else None
-    return name if isinstance(name, str) and name else None
-
-
-def load_desired(cluster: Cluster, cr: dict[str, Any]) -> r.Desired:
-    """Validate the CR, with tenant keys from its Secret; raises InvalidResource."""
-    meta = cr["metadata"]
-    secret = _secret_name(cr)
-    data = cluster.read_secret(meta.get("namespace", "default"), secret) if secret else None
-    return r.desired_from_cr(cr, data)
+def load_desired(cluster: Cluster, cr: dict[str, Any], *, salted: bool = True) -> r.Desired:
+    """Validate the CR, with tenant keys from its Secret, hashed with the CR's salt when
+    `salted` (key_salt.py); raises InvalidResource, also for a Secret or claim it may not
+    reference (references.py)."""
+    namespace = cr["metadata"].get("namespace", "default")
+    kube = r.kube_spec_of(cr)
+    check_references(cluster, namespace, kube)
+    secret = kube.api_key_secret
+    data = cluster.read_secret(namespace, secret) if secret else None
+    salt = ensure_salt(cluster, cr)  # always: the head pod's environment names it
+    return r.desired_from_cr(cr, data, key_salt=salt if salted else None)
 
 
 def _candidate_refs(d: r.Desired) -> list[ObjectRef]:
@@ -115,8 +118,10 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str,
     Event (the result carries the error). API failures raise ClusterError.
     """
     previous = ((cr.get("status") or {}).get("conditions")) or []
+    meta = cr["metadata"]
+    pods = cluster.list_pods(meta.get("namespace", "default"), {m.LABEL_DEPLOYMENT: meta["name"]})
     try:
-        d = load_desired(cluster, cr)
+        d = load_desired(cluster, cr, salted=head_pods_have_salt(pods))
         kuberay_version = _kuberay(cluster, d, kuberay)
     except r.InvalidResource as err:
         return _reject(cluster, cr, err, previous, now)
@@ -125,7 +130,6 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str,
     actions = plan(desired, observe(cluster, d, monitoring), d.uid)
     _apply(cluster, actions)
     rayservice = cluster.get(ObjectRef.of(m.rayservice(d)))
-    pods = cluster.list_pods(d.namespace, {m.LABEL_DEPLOYMENT: d.name})
     status = compute_status(d, Observation(rayservice, pods), len(actions), previous, now)
     if _changed(cr.get("status") or {}, status):
         cluster.patch_status(d.namespace, d.name, status)

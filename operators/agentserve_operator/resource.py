@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentserve.api.auth import KEY_SALT_ENV, salted_key_hash
+from agentserve.api.cache_salt import KEY_ENV as CACHE_SALT_KEY_ENV
 from agentserve.model_sources import is_hub_id
 from agentserve.spec import (
     DeploymentSpec,
@@ -26,7 +28,8 @@ from agentserve.spec import (
 from agentserve.spec_defaults import with_default_schedules
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["Desired", "InvalidResource", "KubernetesSpec", "desired_from_cr", "hub_ids"]
+__all__ = ["Desired", "InvalidResource", "KubernetesSpec", "desired_from_cr", "hub_ids",
+           "kube_spec_of", "secret_text"]
 
 GROUP = "agentserve.dev"
 VERSION = "v1alpha1"
@@ -51,7 +54,8 @@ _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
 _ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 # set by the operator itself (manifests/pods.py): `env` may not replace them
 RESERVED_ENV = frozenset({"AGENTSERVE_SPEC", "AGENTSERVE_POD_IP", "HF_HOME", "HF_HUB_OFFLINE",
-                          "HF_TOKEN", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"})  # fmt: skip
+                          "HF_TOKEN", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", KEY_SALT_ENV,
+                          CACHE_SALT_KEY_ENV})  # fmt: skip
 
 
 class _K8s(BaseModel):
@@ -244,8 +248,15 @@ class Desired:
     kube: KubernetesSpec
 
 
-def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None) -> Desired:
-    """Validate a CR body; `secret_data` is the API-key Secret's decoded data (None: absent).
+def kube_spec_of(cr: dict[str, Any]) -> KubernetesSpec:
+    """The CR's validated `kubernetes` block; raises InvalidResource."""
+    return _kube_spec((cr.get("spec") or {}).get("kubernetes") or {})
+
+
+def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None, *,
+                    key_salt: str | None = None) -> Desired:  # fmt: skip
+    """Validate a CR body; `secret_data` is the API-key Secret's decoded data (None: absent),
+    its keys hashed as HMAC-SHA256(key_salt, key) (None: plain SHA-256).
 
     Raises InvalidResource naming each failing field. The CR's `server.host` is replaced by
     0.0.0.0 (the in-pod bind address), so a cluster deployment always needs tenants; an
@@ -257,7 +268,7 @@ def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None) -> D
     raw = dict(cr.get("spec") or {})
     raw.setdefault("name", meta.get("name"))  # Serve app and metrics named after the CR
     kube = _kube_spec(raw.pop("kubernetes", None) or {})
-    raw["tenants"] = _tenants_with_hashes(raw.get("tenants") or [], kube, secret_data)
+    raw["tenants"] = _tenants_with_hashes(raw.get("tenants") or [], kube, secret_data, key_salt)
     if not raw["tenants"]:
         raise InvalidResource(
             "invalid AgentServe: tenants: a cluster deployment is reachable from the network, "
@@ -325,9 +336,11 @@ def secret_text(name: str, data: dict[str, str] | None) -> dict[str, str]:
 
 
 def _tenants_with_hashes(
-    tenants: list[Any], kube: KubernetesSpec, secret_data: dict[str, str] | None
+    tenants: list[Any], kube: KubernetesSpec, secret_data: dict[str, str] | None,
+    key_salt: str | None = None,
 ) -> list[Any]:
-    """Fill each tenant's missing api_key_sha256 from the Secret (keyed by tenant name)."""
+    """Fill each tenant's missing api_key_sha256 from the Secret (keyed by tenant name),
+    salted with `key_salt` when given."""
     if kube.api_key_secret and secret_data is None:
         raise InvalidResource(
             f"kubernetes.api_key_secret: Secret {kube.api_key_secret!r} not found",
@@ -348,7 +361,9 @@ def _tenants_with_hashes(
                 )
             )
             continue
-        filled.append({**tenant, "api_key_sha256": hash_api_key(key.strip())})
+        key = key.strip()
+        digest = salted_key_hash(key_salt, key) if key_salt else hash_api_key(key)
+        filled.append({**tenant, "api_key_sha256": digest})
     if problems:
         lines = [f"  {path}: {msg}" for path, msg in problems]
         raise InvalidResource("\n".join(["invalid AgentServe:", *lines]), problems)

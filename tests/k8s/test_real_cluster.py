@@ -40,6 +40,7 @@ def cluster():
     kubectl("wait", "--for=condition=Established", "crd/agentserves.agentserve.dev")
     kubectl("create", "namespace", NS)
     kubectl("-n", NS, "create", "secret", "generic", "keys", "--from-literal=alice=sk-test")
+    kubectl("-n", NS, "label", "secret", "keys", "agentserve.dev/allow-reference=true")
     yield KubeCluster()
     kubectl("delete", "namespace", NS, "--wait=false")
 
@@ -80,3 +81,13 @@ def test_reconcile_creates_children_then_is_idempotent_and_repairs(cluster):
     again = reconcile(cluster, _cr(cluster), now)
     assert [a.ref.kind for a in again.actions] == ["Service"]
     assert _cr(cluster)["status"]["observedGeneration"] >= 1
+    assert len(cluster.read_secret(NS, "demo-key-salt")["salt"]) == 64  # created (issue 30)
+
+
+def test_a_binary_secret_value_is_an_invalid_resource(cluster, tmp_path):
+    from agentserve_operator.resource import InvalidResource
+
+    (tmp_path / "alice").write_bytes(b"\xff\xfe\x00")
+    kubectl("-n", NS, "create", "secret", "generic", "binary", f"--from-file={tmp_path / 'alice'}")
+    with pytest.raises(InvalidResource, match="key 'alice' is not UTF-8"):
+        cluster.read_secret(NS, "binary")

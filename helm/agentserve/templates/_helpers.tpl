@@ -128,8 +128,14 @@ namespace when the chart creates its AgentServe there (else nobody would reconci
   - apiGroups: [networking.k8s.io]
     resources: [networkpolicies]
     verbs: [get, create, patch, delete]
+  # get: key Secrets and the labels of referenced ones; create: each AgentServe's key salt
+  # (never update, patch or delete: the salt is owned by its AgentServe)
   - apiGroups: [""]
     resources: [secrets]
+    verbs: [get, create]
+  # the labels of referenced claims (model_volume, hub_cache)
+  - apiGroups: [""]
+    resources: [persistentvolumeclaims]
     verbs: [get]
   - apiGroups: [""]
     resources: [pods]

@@ -30,12 +30,33 @@ GPU_CR: dict[str, Any] = {
         "kubernetes": {"api_key_secret": "demo-keys", "model_volume": {"claim_name": "models"}},
     },
 }
+ALLOWED = {"agentserve.dev/allow-reference": "true"}  # references.ALLOW_LABEL
 SECRET = {
     "apiVersion": "v1",
     "kind": "Secret",
-    "metadata": {"name": "demo-keys", "namespace": "default"},
+    "metadata": {"name": "demo-keys", "namespace": "default", "labels": dict(ALLOWED)},
     "stringData": {"alice": "sk-alice-secret"},
 }
+MODELS_PVC = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolumeClaim",
+    "metadata": {"name": "models", "namespace": "default", "labels": dict(ALLOWED)},
+}
+
+
+def allow_references(cluster: Any, cr: dict[str, Any]) -> None:
+    """Do what the owner of each Secret and claim the CR references does (`kubectl label
+    ... agentserve.dev/allow-reference=true`); claims absent from `cluster` are created."""
+    from agentserve_operator.references import references
+    from agentserve_operator.resource import kube_spec_of
+
+    namespace = cr["metadata"].get("namespace", "default")
+    for _, kind, name in references(kube_spec_of(cr)):
+        obj = cluster.find(kind, name, namespace)
+        if obj is None:
+            meta = {"name": name, "namespace": namespace}
+            obj = cluster.put({"apiVersion": "v1", "kind": kind, "metadata": meta})
+        obj["metadata"].setdefault("labels", {}).update(ALLOWED)
 
 
 def gpu_cr(**spec_changes: Any) -> dict[str, Any]:

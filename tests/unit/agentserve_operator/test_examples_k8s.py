@@ -22,6 +22,7 @@ from agentserve_operator.reconcile import reconcile
 from hub_cache import write_snapshot
 from kuberay_crds import crd
 from kuberay_crds import validate as validate_against_kuberay
+from operator_cases import allow_references
 from serve_config_schema import SERVE_CONFIG_SCHEMA
 from test_helm import HELM, chart, helm  # noqa: F401  (the chart fixture)
 
@@ -70,6 +71,7 @@ def _deploy(cr: dict, version: str = kr.DEFAULT) -> FakeCluster:
     keys = {t["name"]: f"sk-{t['name']}" for t in cr["spec"]["tenants"]}
     cluster.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
                  "stringData": keys})  # fmt: skip
+    allow_references(cluster, cr)
     result = reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z")
     assert result.error is None, result.error
     return cluster

@@ -16,6 +16,7 @@ from agentserve_operator import kuberay as kr
 from agentserve_operator.chart import CHART_DIR
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import reconcile
+from operator_cases import allow_references
 from tool_binaries import find_binary
 
 VALUES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
@@ -92,6 +93,7 @@ def test_set_model_source_creates_a_deployable_agentserve(chart):
     cluster = FakeCluster()
     cluster.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "rel-api-keys"},
                  "stringData": {"default": "sk-made-by-the-user"}})  # fmt: skip
+    allow_references(cluster, cr)
     result = reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z")
     assert result.error is None
     assert {"RayService", "Service", "ConfigMap"} <= set(cluster.kinds())
@@ -106,6 +108,7 @@ def test_rendered_agentserve_is_valid_for_the_operator(chart, values):
     secret = cr["spec"]["kubernetes"]["api_key_secret"]
     cluster.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
                  "stringData": {t: f"sk-{t}" for t in tenants}})  # fmt: skip
+    allow_references(cluster, cr)
     result = reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z")
     assert result.error is None, result.error
 
@@ -125,6 +128,7 @@ def test_rendered_rayservice_is_taken_by_each_kuberay(chart, values, version):
         keys = {t["name"]: f"sk-{t['name']}" for t in cr["spec"]["tenants"]}
         cluster.put({"apiVersion": "v1", "kind": "Secret", "stringData": keys,
                      "metadata": {"name": cr["spec"]["kubernetes"]["api_key_secret"]}})  # fmt: skip
+        allow_references(cluster, cr)
         assert reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z").error is None
         rs = cluster.find("RayService", cr["metadata"]["name"])
         kuberay_crds.validate({k: rs[k] for k in ("apiVersion", "kind", "spec")} | {

@@ -16,6 +16,7 @@ from agentserve_operator import resource as r
 from agentserve_operator.chart import CHART_DIR
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import reconcile
+from operator_cases import allow_references
 from test_helm import HELM, chart, render  # noqa: F401  (chart: the fixture)
 
 needs_helm = pytest.mark.skipif(HELM is None, reason="helm not found: run helm/install-helm.sh")
@@ -61,6 +62,7 @@ def blocking_owners(cr: dict[str, Any]) -> set[tuple[str, str]]:
     tenants = [t["name"] for t in cr["spec"]["tenants"]]
     cluster.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
                  "stringData": {t: f"sk-{t}" for t in tenants}})  # fmt: skip
+    allow_references(cluster, cr)
     result = reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z")
     assert result.error is None, result.error
     owners = {

@@ -8,6 +8,7 @@ import pytest
 from agentserve_operator.chart import CHART_DIR
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import MONITORING_CRD, reconcile
+from operator_cases import allow_references
 from test_helm import HELM, chart, render  # noqa: F401  (chart: the fixture)
 from test_helm_rbac import _allows, operator_rules
 
@@ -21,6 +22,7 @@ def _applied_kinds(cr: dict) -> set[tuple[str, str]]:
     keys = {t["name"]: f"sk-{t['name']}" for t in cr["spec"]["tenants"]}
     cluster.put({"apiVersion": "v1", "kind": "Secret", "stringData": keys,
                  "metadata": {"name": cr["spec"]["kubernetes"]["api_key_secret"]}})  # fmt: skip
+    allow_references(cluster, cr)
     result = reconcile(cluster, cluster.put(cr), "2030-01-01T00:00:00Z")
     assert result.error is None, result.error
     return {(a.obj["apiVersion"].rpartition("/")[0], a.obj["kind"])

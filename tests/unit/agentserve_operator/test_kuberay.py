@@ -11,7 +11,7 @@ import pytest
 from agentserve_operator import kuberay as kr
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import reconcile
-from operator_cases import SECRET, gpu_cr
+from operator_cases import MODELS_PVC, SECRET, gpu_cr
 
 T0 = "2030-01-01T00:00:00Z"
 
@@ -57,6 +57,7 @@ def _deploy(version_crd: str | None, **kube):
     cluster = FakeCluster(crd_bodies={kr.RAYSERVICE_CRD: kuberay_crds.crd(version_crd)}
                           if version_crd else None)  # fmt: skip
     cluster.put(SECRET)
+    cluster.put(MODELS_PVC)
     cr = gpu_cr()
     cr["spec"]["kubernetes"].update(kube)
     return cluster, reconcile(cluster, cluster.put(cr), T0)

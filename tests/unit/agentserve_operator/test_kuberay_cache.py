@@ -11,7 +11,7 @@ import pytest
 from agentserve_operator import kuberay as kr
 from agentserve_operator.fake import FakeCluster
 from agentserve_operator.reconcile import reconcile
-from operator_cases import SECRET, gpu_cr
+from operator_cases import MODELS_PVC, SECRET, gpu_cr
 
 T0 = "2030-01-01T00:00:00Z"
 
@@ -40,6 +40,7 @@ def _cluster(version: str) -> CountingCluster:
     crd = copy.deepcopy(kuberay_crds.crd(version))
     cluster = CountingCluster(crd_bodies={kr.RAYSERVICE_CRD: crd})
     cluster.put(SECRET)
+    cluster.put(MODELS_PVC)
     return cluster
 
 

@@ -150,7 +150,7 @@ def conditions_message(cluster):
 def test_deleting_the_cr_garbage_collects_children(cluster):
     reconcile(cluster, cr(cluster), T0)
     cluster.delete(cluster_ref(cluster, "AgentServe", "demo"))
-    assert cluster.kinds() == ["Secret"]
+    assert cluster.kinds() == ["PersistentVolumeClaim", "Secret"]  # the user's (the salt: GC)
 
 
 def cluster_ref(cluster, kind, name):
@@ -198,7 +198,8 @@ def test_handlers_create_ready_update_delete_through_kopf_entry_points(cluster):
     handlers._on_change(body=body, memo=memo, logger=LOG)
     assert "enabled: false" in cluster.find("RayService", "demo")["spec"]["serveConfigV2"]
     cluster.delete(cluster_ref(cluster, "AgentServe", "demo"))
-    assert cluster.kinds() == ["Pod", "Secret"]  # pods belong to KubeRay's RayCluster
+    # pods belong to KubeRay's RayCluster; the claim and key Secret to the user
+    assert cluster.kinds() == ["PersistentVolumeClaim", "Pod", "Secret"]
 
 
 def test_example_cr_is_the_one_in_operator_cases():

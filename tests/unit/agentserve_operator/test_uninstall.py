@@ -20,7 +20,7 @@ from agentserve_operator.metrics import OperatorMetrics
 from agentserve_operator.resync import indexed_bodies, resync_once
 from kopf._cogs.structs import patches
 from kopf._core.intents import causes
-from operator_cases import GPU_CR, SECRET
+from operator_cases import GPU_CR, MODELS_PVC, SECRET
 
 LOG = logging.getLogger("test")
 
@@ -80,6 +80,7 @@ def test_drift_resync_is_an_index_not_a_per_object_timer():
 def _cluster() -> FakeCluster:
     fake = FakeCluster()
     fake.put(SECRET)
+    fake.put(MODELS_PVC)
     fake.put(GPU_CR)
     return fake
 
