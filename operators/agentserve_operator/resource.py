@@ -28,8 +28,15 @@ from agentserve.spec import (
 from agentserve.spec_defaults import with_default_schedules
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["Desired", "InvalidResource", "KubernetesSpec", "desired_from_cr", "hub_ids",
-           "kube_spec_of", "secret_text"]
+__all__ = [
+    "Desired",
+    "InvalidResource",
+    "KubernetesSpec",
+    "desired_from_cr",
+    "hub_ids",
+    "kube_spec_of",
+    "secret_text",
+]
 
 GROUP = "agentserve.dev"
 VERSION = "v1alpha1"
@@ -336,7 +343,9 @@ def secret_text(name: str, data: dict[str, str] | None) -> dict[str, str]:
 
 
 def _tenants_with_hashes(
-    tenants: list[Any], kube: KubernetesSpec, secret_data: dict[str, str] | None,
+    tenants: list[Any],
+    kube: KubernetesSpec,
+    secret_data: dict[str, str] | None,
     key_salt: str | None = None,
 ) -> list[Any]:
     """Fill each tenant's missing api_key_sha256 from the Secret (keyed by tenant name),
