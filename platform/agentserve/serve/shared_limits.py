@@ -23,9 +23,10 @@ Failure: when the keeper cannot answer within CALL_TIMEOUT_S (stalled, restartin
 unreachable), an ingress admits alone, for KEEPER_RETRY_S or until a sync gets through:
 each limit split over the ingress replicas (rounded up) against this ingress's own
 requests (its leases through the keeper count: `mirror`), and concurrency also bounded
-by what the other ingresses held at the last sync. A tenant then overshoots its
-concurrency limit by at most one per ingress replica beyond the first, and only by what
-the rounding gives.
+by what the other ingresses held at the last sync while that is at most RENEW_S old (then
+they are assumed done: a stale count would lock the tenant out). A tenant then
+overshoots its concurrency limit by at most what the rounding gives (one with two
+replicas), unless requests of another ingress outlive that knowledge.
 
 Ray-free: the keeper is a plain class Serve hosts (serve/app.py), the client takes any
 handle whose methods return awaitables from `.remote(...)`.
@@ -204,6 +205,7 @@ class SharedQuota:
         self.open: dict[str, _SharedLease] = {}
         self.pending: dict[str, int] = {}  # lease id -> tokens: finishes not yet synced
         self.elsewhere: dict[str, int] = {}  # tenant -> in flight via other ingresses
+        self._elsewhere_at = float("-inf")  # when `elsewhere` was last heard
         self._keeper_down_until = float("-inf")
         self._syncing: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
@@ -258,13 +260,15 @@ class SharedQuota:
         alone = share_of(tenant, self.replicas)
         most = tenant.rate_limit.max_concurrent_requests
         if most:
-            room = min(
-                alone.rate_limit.max_concurrent_requests, most - self.elsewhere.get(tenant.name, 0)
-            )
-            if room <= 0 or self.mirror.in_flight(tenant.name) + count > room:
+            fresh = self.clock() - self._elsewhere_at <= RENEW_S
+            others = self.elsewhere.get(tenant.name, 0) if fresh else 0
+            room = min(alone.rate_limit.max_concurrent_requests, most - others)
+            mine = self.mirror.in_flight(tenant.name)
+            if mine + count > room:
                 raise RateLimitError(
-                    f"tenant {tenant.name!r}: {most} requests in flight in all ingress "
-                    "replicas (limit reached)",
+                    f"tenant {tenant.name!r}: {mine} requests in flight here and {others} "
+                    f"elsewhere, limit {most} (the limits keeper is unavailable: this "
+                    f"ingress admits up to {max(0, room)})",
                     code="concurrency_limit_exceeded",
                 )
             limits = alone.rate_limit.model_copy(update={"max_concurrent_requests": None})
@@ -283,9 +287,12 @@ class SharedQuota:
         self._wake.set()
 
     async def _admit(self, batch: list[tuple[Tenant, int, str, int]]) -> list[Admission]:
+        if self.clock() < self._keeper_down_until:  # queued behind a call that timed out
+            raise ConnectionError("the tenant limits keeper did not answer")
         try:
             return await self._call("admit", self.owner, batch, timeout_s=ADMIT_TIMEOUT_S)
-        except Exception:
+        except Exception as err:
+            self._keeper_down(err)  # before the next batch is sent: it goes alone
             # it may have reached the keeper all the same: withdraw every lease it asked for
             for _, _, lease_id, _ in batch:
                 self._withdraw(lease_id)
@@ -342,7 +349,7 @@ class SharedQuota:
             if self.pending.get(lease_id) == tokens:
                 del self.pending[lease_id]
         if elsewhere is not None:  # None: a recovering keeper, keep the last known
-            self.elsewhere = dict(elsewhere)
+            self.elsewhere, self._elsewhere_at = dict(elsewhere), self.clock()
         self._keeper_down_until = float("-inf")  # it answered: admit through it again
         return True
 

@@ -22,6 +22,7 @@ SCENARIOS = {
     "input_explicit_cases",
     "input_fuzz",
     "tenant_isolation",
+    "tenant_keeper_faults",
 }
 
 
