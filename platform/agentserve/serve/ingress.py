@@ -61,6 +61,7 @@ from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
 from agentserve.serve.poison import PoisonList
 from agentserve.serve.priority import Dispatcher
+from agentserve.serve.response_budget import buffer_cap, capped
 from agentserve.serve.shared_limits import LocalQuota, SharedQuota
 from agentserve.spec import DeploymentSpec, TenantSpec
 
@@ -191,6 +192,7 @@ class _Ingress:
         status = 500
         try:
             self.poison.check(tenant.name, kind, body)  # 400 when it crashed replicas
+            cap = buffer_cap(kind, body, self.max_model_len.get(body.model))  # 400 if huge
             engine_request = self._engine_request(kind, body, request, tenant, span)
             ready = await self.backends[body.model].ready_replicas()
             await self.dispatch.send(body.model, tenant, body, call.count, ready)
@@ -205,6 +207,7 @@ class _Ingress:
                     on_poison=lambda: self.poison.add(tenant.name, kind, body),
                 ),
             )
+            stream = capped(stream, cap)  # a non-stream answer buffers at most `cap` bytes
             first = await self._first_or_hold(body.model, stream, ready)
             self.see(call, first)
             if responses is not None:

@@ -1,0 +1,101 @@
+"""Bytes a non-stream response may buffer in the ingress: a request is refused (400) when
+its worst case is over the cap, and cut off (400) if its output grows past it anyway.
+
+A non-stream answer is held whole in the ingress until it ends (the deltas, then the JSON
+body). With n choices and top_logprobs each output token carries n x (1 + top_logprobs)
+log-probability entries of a few hundred bytes as Python objects: n=8, top_logprobs=20
+and 8K tokens buffered about 0.9 GB. Streams are not buffered and not capped.
+
+The worst case: n x output limit (max_tokens, else the rest of the context) x
+(BYTES_PER_TOKEN + BYTES_PER_LOGPROB x (1 + top logprobs) when logprobs are asked for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agentserve.api.errors import InvalidRequestError
+from agentserve.engine.protocol import Delta
+from agentserve.serve.admission import estimate_prompt_tokens
+
+__all__ = ["MAX_BUFFERED_BYTES", "ResponseTooLargeError", "buffer_cap", "capped", "delta_bytes"]
+
+MAX_BUFFERED_BYTES = 64 * 1024 * 1024
+BYTES_PER_TOKEN = 64  # a token's text and its share of the delta objects
+BYTES_PER_LOGPROB = 600  # one {"token", "logprob", "bytes"} entry as Python objects + JSON
+
+
+class ResponseTooLargeError(InvalidRequestError):
+    """400: the response would be, or became, too large to buffer."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message, param=param, code="response_too_large")
+
+
+def _logprobs_per_token(kind: str, body: Any) -> int:
+    """Log-probability entries per output token (0: none asked for)."""
+    if kind == "chat":
+        return (
+            1 + (getattr(body, "top_logprobs", None) or 0)
+            if getattr(body, "logprobs", False)
+            else 0
+        )
+    k = getattr(body, "logprobs", None)
+    return 0 if k is None else 1 + k
+
+
+def worst_case_bytes(kind: str, body: Any, context: int | None) -> int:
+    """The most a non-stream response of `body` can buffer (see the module docstring)."""
+    limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
+    if limit is None:
+        prompt = estimate_prompt_tokens(kind, body)
+        limit = max(1, (context or prompt + 1) - prompt)
+    per_token = BYTES_PER_TOKEN + BYTES_PER_LOGPROB * _logprobs_per_token(kind, body)
+    return (getattr(body, "n", None) or 1) * limit * per_token
+
+
+def buffer_cap(kind: str, body: Any, context: int | None, cap: int | None = None) -> int | None:
+    """The byte cap for a non-stream request (None for a stream); ResponseTooLargeError
+    when its worst case is over `cap` (default MAX_BUFFERED_BYTES)."""
+    if getattr(body, "stream", False):
+        return None
+    cap = MAX_BUFFERED_BYTES if cap is None else cap
+    worst = worst_case_bytes(kind, body, context)
+    if worst > cap:
+        param = "n" if (getattr(body, "n", None) or 1) > 1 else "max_tokens"
+        raise ResponseTooLargeError(
+            f"this non-stream request may produce about {worst // 2**20} MiB of response "
+            f"(n x max_tokens x log probabilities), over the {cap // 2**20} MiB a response "
+            "is buffered; send stream: true, or a smaller n, max_tokens or top_logprobs",
+            param=param,
+        )
+    return cap
+
+
+def delta_bytes(delta: Delta) -> int:
+    """What `delta` holds, estimated as worst_case_bytes counts it."""
+    size = len(delta.text) + len(delta.reasoning) + BYTES_PER_TOKEN
+    for entry in delta.logprobs:
+        top = entry.get("top_logprobs") if isinstance(entry, dict) else None
+        size += BYTES_PER_LOGPROB * (1 + len(top or ()))
+    return size
+
+
+async def capped(stream: AsyncIterator[Delta], cap: int | None) -> AsyncIterator[Delta]:
+    """`stream`'s deltas; ResponseTooLargeError once they hold more than `cap` bytes."""
+    held = 0
+    try:
+        async for delta in stream:
+            if cap is not None:
+                held += delta_bytes(delta)
+                if held > cap:
+                    raise ResponseTooLargeError(
+                        f"the response grew past the {cap // 2**20} MiB a non-stream "
+                        "response is buffered; send stream: true or a smaller max_tokens"
+                    )
+            yield delta
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
