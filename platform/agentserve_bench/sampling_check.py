@@ -218,9 +218,14 @@ def _sampling_worker(
             outs = llm.generate(inputs, params, use_tqdm=False)
             seconds = time.perf_counter() - started
             after = spec_decode_counters(llm.get_metrics())
-            # a seed reproduces: the same 4 requests, sent twice as the same batch (a
-            # different batch shape may change bf16 numerics, and so a near-tie token)
-            replays = [llm.generate(inputs[:4], params[:4], use_tqdm=False) for _ in range(2)]
+            # a seed reproduces: the same 4 requests, each sent alone, twice. Alone, because
+            # a batch's shape changes bf16 numerics (so a near-tie token), and which of a
+            # batch's requests reach the engine core's first step depends on timing: under
+            # CPU contention a batch of 4 replayed as 1+3 and failed this check
+            replays = [
+                [llm.generate([i], [p], use_tqdm=False)[0] for i, p in zip(inputs[:4], params)]
+                for _ in range(2)
+            ]
             first, again = ([list(o.outputs[0].token_ids) for o in r] for r in replays)
             outputs = [list(o.outputs[0].token_ids) for o in outs]
             drafts = after["drafts"] - before["drafts"]

