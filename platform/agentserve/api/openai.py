@@ -35,12 +35,15 @@ from vllm.exceptions import VLLMClientError
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.validate import (
     MAX_CHOICES,
+    Checkpoint,
     SchemaCache,
     check_context,
     check_sampling,
     check_schemas,
+    check_sizes,
     check_tool_limits,
     check_values,
+    deadline_checkpoint,
     param_path,
     requested_max_tokens,
 )
@@ -59,18 +62,24 @@ def parse_request(
     *,
     schema_cache: SchemaCache | None = None,
     deadline: float | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> ChatCompletionRequest | CompletionRequest:
     """Validate a decoded JSON body; raise InvalidRequestError (400) naming the parameter.
 
     `max_model_len` (model -> context tokens) adds the context checks for a served model;
-    an unknown model passes here and is refused (404) at admission. `schema_cache` and
-    `deadline` (time.monotonic()) go to check_schemas. Thread-safe: the ingress runs it
-    off its event loop for requests with schemas.
+    an unknown model passes here and is refused (404) at admission. `schema_cache` goes to
+    check_schemas. `checkpoint()` (default: ValidationTimeoutError once time.monotonic()
+    passes `deadline`) runs between the stages and inside the long walks, and the sizes
+    that make the protocol model's one long call are capped before it (check_sizes).
+    Thread-safe: the ingress runs it off its event loop for requests with schemas.
     """
     if not isinstance(data, dict):
         raise InvalidRequestError("The request body must be a JSON object.")
+    checkpoint = checkpoint or deadline_checkpoint(deadline) or _no_checkpoint
     check_tool_limits(data)
-    check_values(data)
+    check_sizes(data)
+    check_values(data, checkpoint)
+    checkpoint()
     if kind == "chat" and "messages" in data and not isinstance(data["messages"], list):
         # vLLM's before-validators iterate messages before pydantic checks its type
         raise InvalidRequestError(
@@ -89,13 +98,19 @@ def parse_request(
         raise InvalidRequestError(
             f"The request body does not fit the {kind} schema: {err}"
         ) from None
+    checkpoint()
     _check_edge(kind, request, data)
-    check_schemas(data, schema_cache, deadline)
+    check_schemas(data, schema_cache, checkpoint=checkpoint)
     context = (max_model_len or {}).get(request.model)
     if context is not None:
         check_context(kind, request, data, context)
+    checkpoint()
     check_sampling(request, requested_max_tokens(data)[1] or context or 2**31 - 1)
     return request
+
+
+def _no_checkpoint() -> None:
+    pass
 
 
 def _first_error(err: ValidationError, data: dict[str, Any]) -> tuple[str | None, str]:

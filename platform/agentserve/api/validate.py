@@ -9,11 +9,17 @@ same 400 with the fake engine as with vLLM.
 - check_context: max_tokens and token-id prompts against the model's context length
   (text prompts are tokenized, and so checked, by the engine);
 - check_tool_limits: at most MAX_TOOLS tools (cheap: run on the event loop);
+- check_sizes: at most MAX_MESSAGES messages and MAX_CONTENT_PARTS content parts, so the
+  protocol model's validation (one call that holds the GIL: ~10 us per part) stays short;
 - check_schemas: tool names, tool parameter schemas and response_format json_schema must
   be valid JSON Schema, together at most MAX_SCHEMA_BYTES; top_logprobs at most
   MAX_LOGPROBS. Meta-validating a schema costs milliseconds, so results are kept in a
   SchemaCache (by SHA-256 of the canonical JSON) and a `deadline` bounds the work; the
-  ingress runs it off its event loop (serve/ingress.py).
+  ingress runs it off its event loop (serve/parsing.py), one cache per tenant.
+
+The long walks call a `checkpoint` (every CHECK_EVERY values, before each uncached schema):
+the ingress's raises ValidationTimeoutError past the request's deadline and lets another
+tenant's validation take its turn (serve/fair_gate.py).
 
 Error `param`s are OpenAI-style paths: `messages[0].content`, `tools[1].function.name`.
 """
@@ -28,7 +34,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -46,11 +52,14 @@ __all__ = [
     "MAX_TOOLS",
     "SchemaCache",
     "ValidationTimeoutError",
+    "all_cached",
     "check_context",
     "check_sampling",
     "check_schemas",
+    "check_sizes",
     "check_tool_limits",
     "check_values",
+    "deadline_checkpoint",
     "has_schemas",
     "param_path",
 ]
@@ -60,7 +69,11 @@ MAX_LOGPROBS = 20  # vLLM's default max_logprobs and OpenAI's top_logprobs bound
 MAX_CHOICES = 8  # n: each choice is one engine request (serve/fanout.py)
 MAX_TOOLS = 128  # OpenAI's limit on tools per request
 MAX_SCHEMA_BYTES = 256 * 1024  # all tool and response_format schemas, as compact JSON
+MAX_MESSAGES = 4096  # chat messages per request
+MAX_CONTENT_PARTS = 8192  # content parts over all messages
 SCHEMA_CACHE_ENTRIES = 4096
+CHECK_EVERY = 4096  # JSON values walked between checkpoints
+Checkpoint = Callable[[], None]
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")  # OpenAI's set plus '.' and ':' (MCP)
 
 
@@ -72,11 +85,28 @@ def param_path(loc: Sequence[str | int]) -> str | None:
     return out or None
 
 
-def check_values(data: Any) -> None:
-    """Reject non-finite numbers, unpaired surrogates and nesting past MAX_DEPTH."""
+def deadline_checkpoint(deadline: float | None) -> Checkpoint | None:
+    """A checkpoint raising ValidationTimeoutError once time.monotonic() > `deadline`."""
+    if deadline is None:
+        return None
+
+    def checkpoint() -> None:
+        if time.monotonic() > deadline:
+            raise ValidationTimeoutError()
+
+    return checkpoint
+
+
+def check_values(data: Any, checkpoint: Checkpoint | None = None) -> None:
+    """Reject non-finite numbers, unpaired surrogates and nesting past MAX_DEPTH;
+    `checkpoint()` every CHECK_EVERY values."""
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    walked = 0
     while stack:
         value, path = stack.pop()
+        walked += 1
+        if checkpoint is not None and walked % CHECK_EVERY == 0:
+            checkpoint()
         if len(path) > MAX_DEPTH:
             raise InvalidRequestError(
                 f"The request body nests deeper than {MAX_DEPTH} levels (at "
@@ -183,6 +213,11 @@ class SchemaCache:
         self._results: OrderedDict[str, tuple[str, str] | None] = OrderedDict()
         self._lock = threading.Lock()
 
+    def __contains__(self, digest: object) -> bool:
+        """Whether a result is kept (not counted as a hit or a miss, order unchanged)."""
+        with self._lock:
+            return digest in self._results
+
     def get(self, digest: str) -> tuple[bool, tuple[str, str] | None]:
         """(found, result)."""
         with self._lock:
@@ -201,6 +236,30 @@ class SchemaCache:
                 self._results.popitem(last=False)
 
 
+def all_cached(data: dict[str, Any], cache: SchemaCache) -> bool:
+    """Whether every tool and response_format schema of `data` has a result in `cache`
+    (then checking them costs a hash each: cheap enough for the event loop)."""
+    schemas = [
+        tool["function"].get("parameters")
+        for tool in data.get("tools") or []
+        if isinstance(tool, dict) and isinstance(tool.get("function"), dict)
+    ]
+    response_format = data.get("response_format")
+    if isinstance(response_format, dict) and isinstance(response_format.get("json_schema"), dict):
+        schemas.append(response_format["json_schema"].get("schema"))
+    for schema in schemas:
+        if schema is None:
+            continue
+        if not isinstance(schema, dict) or _digest(schema) not in cache:
+            return False
+    return True
+
+
+def _digest(schema: dict) -> str:
+    text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def check_tool_limits(data: dict[str, Any]) -> None:
     """400 (code too_many_tools) past MAX_TOOLS; O(1), safe on the event loop."""
     tools = data.get("tools")
@@ -212,18 +271,46 @@ def check_tool_limits(data: dict[str, Any]) -> None:
         )
 
 
+def check_sizes(data: dict[str, Any]) -> None:
+    """400 past MAX_MESSAGES messages or MAX_CONTENT_PARTS content parts (O(messages))."""
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        return
+    if len(messages) > MAX_MESSAGES:
+        raise InvalidRequestError(
+            f"'messages' has {len(messages)} messages; at most {MAX_MESSAGES} are accepted "
+            "per request.",
+            param="messages",
+            code="too_many_messages",
+        )
+    parts = 0
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        parts += len(content) if isinstance(content, list) else 1
+        if parts > MAX_CONTENT_PARTS:
+            raise InvalidRequestError(
+                f"The messages have more than {MAX_CONTENT_PARTS} content parts (at "
+                f"'messages[{i}].content'); send fewer, longer parts.",
+                param=f"messages[{i}].content",
+                code="too_many_content_parts",
+            )
+
+
 def has_schemas(data: dict[str, Any]) -> bool:
     """Whether the request carries tool or response_format schemas to meta-validate."""
     return bool(data.get("tools")) or isinstance(data.get("response_format"), dict)
 
 
 def check_schemas(
-    data: dict[str, Any], cache: SchemaCache | None = None, deadline: float | None = None
+    data: dict[str, Any],
+    cache: SchemaCache | None = None,
+    deadline: float | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> None:
     """Tool names and parameter schemas, response_format's JSON Schema, top_logprobs.
 
-    `deadline` (time.monotonic()) raises ValidationTimeoutError before each uncached
-    schema past it; `cache` skips schemas seen before."""
+    `checkpoint()` runs before each uncached schema (default: ValidationTimeoutError
+    past `deadline`, time.monotonic()); `cache` skips schemas seen before."""
     check_tool_limits(data)
     found: list[tuple[Any, str, str]] = []  # (schema, param, what)
     for i, tool in enumerate(data.get("tools") or []):
@@ -245,7 +332,8 @@ def check_schemas(
         spec = response_format.get("json_schema")
         if isinstance(spec, dict) and spec.get("schema") is not None:
             found.append((spec["schema"], "response_format.json_schema.schema", "response_format"))
-    _check_all(found, cache or SchemaCache(0), deadline)
+    checkpoint = checkpoint or deadline_checkpoint(deadline)
+    _check_all(found, cache or SchemaCache(0), checkpoint)
     for field in ("top_logprobs", "logprobs"):
         value = data.get(field)
         if (
@@ -261,7 +349,7 @@ def check_schemas(
 
 
 def _check_all(
-    found: list[tuple[Any, str, str]], cache: SchemaCache, deadline: float | None
+    found: list[tuple[Any, str, str]], cache: SchemaCache, checkpoint: Checkpoint | None
 ) -> None:
     """Size cap over all schemas first, then each schema's meta-validation (cached)."""
     texts, total = [], 0
@@ -284,8 +372,8 @@ def _check_all(
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         known, result = cache.get(digest)
         if not known:
-            if deadline is not None and time.monotonic() > deadline:
-                raise ValidationTimeoutError()
+            if checkpoint is not None:
+                checkpoint()
             result = _schema_error(schema)
             cache.put(digest, result)
         if result is not None:
