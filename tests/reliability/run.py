@@ -24,12 +24,20 @@ from typing import Any
 
 from agentserve_bench.report import replace_section
 
-from tests.reliability import faults, fuzz, hostile_input, keeper_faults, tenants, vllm_faults
+from tests.reliability import (
+    faults,
+    fuzz,
+    hostile_input,
+    keeper_faults,
+    memory_amplification,
+    tenants,
+    vllm_faults,
+)
 from tests.reliability.scenario import Outcome, scenarios_in
 
 __all__ = ["DOCS", "all_scenarios", "main", "markdown_table", "run_scenarios"]
 
-MODULES = (faults, hostile_input, fuzz, tenants, keeper_faults, vllm_faults)
+MODULES = (faults, hostile_input, fuzz, tenants, keeper_faults, memory_amplification, vllm_faults)
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMMAND = "python -m tests.reliability.run"
 
