@@ -31,13 +31,23 @@ from tests.reliability import (
     keeper_faults,
     memory_amplification,
     tenants,
+    tool_schemas,
     vllm_faults,
 )
 from tests.reliability.scenario import Outcome, scenarios_in
 
 __all__ = ["DOCS", "all_scenarios", "main", "markdown_table", "run_scenarios"]
 
-MODULES = (faults, hostile_input, fuzz, tenants, keeper_faults, memory_amplification, vllm_faults)
+MODULES = (
+    faults,
+    hostile_input,
+    fuzz,
+    tenants,
+    keeper_faults,
+    memory_amplification,
+    tool_schemas,
+    vllm_faults,
+)
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMMAND = "python -m tests.reliability.run"
 

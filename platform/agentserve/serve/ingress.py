@@ -49,8 +49,8 @@ from agentserve.serve.admission import (
     AdmittedCall,
     QueueShares,
     ingress_replicas,
-    token_reservation,
 )
+from agentserve.serve.admit_first import parse_and_admit
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.fanout import fan_out
 from agentserve.serve.health import HealthCache, UnauthenticatedLimit
@@ -180,9 +180,8 @@ class _Ingress:
             tenant = self.tenants.resolve(request.headers.get("authorization"))
             raw = await read_body(request, self.spec.server.max_request_body_bytes)
             translate = responses.translate if responses is not None else None
-            body = await self.parser.parse(kind, raw, translate)  # heavy ones off the loop
-            reserve = token_reservation(kind, body, self.max_model_len.get(body.model))
-            call = await self.admit(body.model, tenant, reserve, count=body.n or 1)
+            # schemas: admitted first, then checked on the tenant's turns (serve/admit_first.py)
+            body, call = await parse_and_admit(self, kind, raw, translate, tenant)
         except APIError as err:  # rejected before admission: 400/401/404/429/503
             if responses is not None:
                 responses.rename(err)

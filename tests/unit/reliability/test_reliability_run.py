@@ -24,6 +24,7 @@ SCENARIOS = {
     "memory_n_logprobs",
     "tenant_isolation",
     "tenant_keeper_faults",
+    "tenant_tool_schemas",
 }
 
 

@@ -81,9 +81,10 @@ def test_schemas_are_capped_cached_and_time_limited():
     base = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     tools = {**base, "tools": [_tool(i) for i in range(5)]}
     _parse(parser, tools)
-    misses = parser.cache.misses
+    cache = parser.cache("default")  # the open tenant's partition
+    misses = cache.misses
     _parse(parser, tools)
-    assert (parser.cache.misses, parser.cache.hits) == (misses, 5), "checked once"
+    assert (cache.misses, cache.hits) == (misses, 5), "checked once"
     huge = {**base, "tools": [_tool(i, 2000) for i in range(2)]}  # ~2 x 140 KB
     with pytest.raises(InvalidRequestError) as err:
         _parse(parser, huge)

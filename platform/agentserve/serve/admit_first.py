@@ -1,0 +1,105 @@
+"""Parse and admit in the cheaper order: a request whose validation is expensive (tool or
+response_format schemas, or a large body) is admitted first, from a few fields of its
+decoded body, and validated only once admitted; a plain small one is validated first,
+as before (its parse is cheap, and errors then name the field before any limit).
+
+So a tenant past its limits or fair share gets its 429 before any schema is checked, and
+the schemas of requests that are admitted are checked on the tenant's own turns
+(serve/parsing.py). The admission view carries exactly the fields token_reservation and
+the queue count read; when one of them has the wrong type, the request is validated
+first and the 400 names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any, Protocol
+
+from agentserve.api.auth import Tenant
+from agentserve.api.validate import MAX_CHOICES
+from agentserve.engine.protocol import RequestKind
+from agentserve.serve.admission import AdmittedCall, token_reservation
+from agentserve.serve.parsing import INLINE_BODY_BYTES, RequestParser
+
+__all__ = ["admission_view", "parse_and_admit"]
+
+CLIENT_CLOSED = 499
+
+
+class _Ingress(Protocol):
+    parser: RequestParser
+    max_model_len: dict[str, int]
+
+    async def admit(
+        self, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
+    ) -> AdmittedCall: ...
+
+    def close(self, call: AdmittedCall, status: int) -> None: ...
+
+
+async def parse_and_admit(
+    ingress: _Ingress,
+    kind: RequestKind,
+    raw: bytes,
+    translate: Callable[[Any], Any] | None,
+    tenant: Tenant,
+) -> tuple[Any, AdmittedCall]:
+    """(validated request, its admission): 400/404/429/503 as APIError; an admitted
+    request that then fails validation is closed with the error's status."""
+    parser = ingress.parser
+    large = len(raw) > INLINE_BODY_BYTES
+    data = await parser.decode(raw, translate, tenant.name)
+    view = admission_view(kind, data) if (large or parser.heavy(data)) else None
+    if view is None:
+        body = await parser.validate(kind, data, tenant.name, large=large)
+        return body, await _admit(ingress, kind, body, tenant)
+    call = await _admit(ingress, kind, view, tenant)
+    try:
+        body = await parser.validate(kind, data, tenant.name, large=large)
+    except asyncio.CancelledError:
+        ingress.close(call, CLIENT_CLOSED)
+        raise
+    except BaseException as err:
+        ingress.close(call, getattr(err, "status", 500))
+        raise
+    return body, call
+
+
+async def _admit(ingress: _Ingress, kind: RequestKind, body: Any, tenant: Tenant) -> AdmittedCall:
+    reserve = token_reservation(kind, body, ingress.max_model_len.get(body.model))
+    return await ingress.admit(body.model, tenant, reserve, count=body.n or 1)
+
+
+def admission_view(kind: RequestKind, data: Any) -> SimpleNamespace | None:
+    """The fields admission reads, from a decoded body; None when any has a type the
+    validation will refuse (then it runs first and names the field)."""
+    if not isinstance(data, dict):
+        return None
+    model, n = data.get("model"), data.get("n")
+    if not isinstance(model, str) or not model:
+        return None
+    if n is not None and not (_int(n) and 1 <= n <= MAX_CHOICES):
+        return None
+    limits = {k: data.get(k) for k in ("max_tokens", "max_completion_tokens")}
+    if not all(v is None or (_int(v) and v >= 1) for v in limits.values()):
+        return None
+    tools = data.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return None
+    fields: dict[str, Any] = {"model": model, "n": n, "tools": tools, **limits}
+    if kind == "chat":
+        if not isinstance(data.get("messages"), list):
+            return None
+        fields["messages"] = data["messages"]
+    else:
+        prompt = data.get("prompt")
+        if not isinstance(prompt, (str, list)):
+            return None
+        fields["prompt"] = prompt
+    return SimpleNamespace(**fields)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
