@@ -20,6 +20,7 @@ from agentserve.drafters import shipped_drafter
 from agentserve.model_sources import resolve_model
 
 from agentserve_bench import overhead, sampling, speculative_served
+from agentserve_bench.arg_types import floats, ints
 from agentserve_bench.autoscale import bench as autoscale
 from agentserve_bench.autoscale import live_bench as autoscale_live
 from agentserve_bench.report import (
@@ -36,14 +37,6 @@ from dflash.train.code_prompts import heldout_context_prompts
 from dflash.train.prompts import chat_prompt_ids, humaneval_prompts
 
 __all__ = ["add_parser", "register"]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",")]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -86,9 +79,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(default: %(default)s)",
     )
     p.add_argument("--max-tokens", type=int, default=128, help="per request (default: %(default)s)")
-    p.add_argument("--batch-sizes", type=_ints, default=[1, 4], help="comma list (default: 1,4)")
+    p.add_argument("--batch-sizes", type=ints, default=[1, 4], help="comma list (default: 1,4)")
     p.add_argument(
-        "--temperatures", type=_floats, default=[0.0, 1.0], help="comma list (default: 0,1)"
+        "--temperatures", type=floats, default=[0.0, 1.0], help="comma list (default: 0,1)"
     )
     p.add_argument(
         "--engines",

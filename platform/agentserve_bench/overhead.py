@@ -35,6 +35,7 @@ from agentserve.serve.replica import default_engine_factory
 from agentserve.spec import DeploymentSpec, load_spec, spec_from_dict
 from agentserve.spec_defaults import with_default_drafters
 
+from agentserve_bench.arg_types import ints
 from agentserve_bench.overhead_phases import (
     Plan,
     PlatformRunner,
@@ -342,10 +343,6 @@ def _section(report: dict[str, Any], table: str) -> str:
     )
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
-
-
 def add_parser(kinds: argparse._SubParsersAction) -> None:
     p = kinds.add_parser(
         "overhead",
@@ -367,7 +364,7 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         help="DFlash drafter on/off (default: as `agentserve up`: the shipped drafter)",
     )
     p.add_argument(
-        "--concurrency", type=_ints, default=[1, 4, 16], help="comma list (default: 1,4,16)"
+        "--concurrency", type=ints, default=[1, 4, 16], help="comma list (default: 1,4,16)"
     )
     p.add_argument("--max-tokens", type=int, default=128, help="per request (default: 128)")
     p.add_argument(

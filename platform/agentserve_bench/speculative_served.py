@@ -29,6 +29,7 @@ from agentserve.engine.cpu_info import read_cpu_info
 from agentserve.engine.cpu_settings import DEFAULT_SETTINGS, SETTINGS, engine_environment
 from agentserve.spec import DeploymentSpec
 
+from agentserve_bench.arg_types import ints
 from agentserve_bench.served_client import (
     WORKLOADS,
     level_figures,
@@ -256,10 +257,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
-
-
 def add_parser(kinds: argparse._SubParsersAction) -> None:
     from agentserve_bench.report import default_docs
 
@@ -291,7 +288,7 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         default=list(WORKLOADS),
         help="comma list of coding, agent (default: both)",
     )
-    p.add_argument("--concurrency", type=_ints, default=[1, 4], help="comma list (default: 1,4)")
+    p.add_argument("--concurrency", type=ints, default=[1, 4], help="comma list (default: 1,4)")
     p.add_argument(
         "--settings",
         type=lambda t: [x for x in t.split(",") if x],
