@@ -1,7 +1,6 @@
 """The bench commands' comma-list option parsers (one definition for every command)."""
 
 import pytest
-
 from agentserve_bench.arg_types import floats, ints
 
 
