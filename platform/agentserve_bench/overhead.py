@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentserve.cli.up import with_overrides
 from agentserve.drafters import shipped_drafter
 from agentserve.engine.fake import FakeEngineFactory
 from agentserve.engine.vllm_args import speculative_config
@@ -34,6 +33,7 @@ from agentserve.model_sources import resolve_model
 from agentserve.serve.replica import default_engine_factory
 from agentserve.spec import DeploymentSpec, load_spec, spec_from_dict
 from agentserve.spec_defaults import with_default_drafters
+from agentserve.spec_overrides import with_overrides
 
 from agentserve_bench.arg_types import ints
 from agentserve_bench.overhead_phases import (

@@ -71,9 +71,9 @@ def bench_spec(
     """The embedded deployment (or `base`) as `agentserve up --speculation METHOD` serves it,
     with k drafted tokens (per-batch schedule as `up` derives it), one replica, `port`.
     engine "fake" (pipeline tests) keeps the method as a label only."""
-    from agentserve.cli.up import with_overrides, with_speculation
     from agentserve.spec import spec_from_dict
     from agentserve.spec_defaults import resolve_drafters
+    from agentserve.spec_overrides import with_overrides, with_speculation
 
     spec = with_speculation(base or DeploymentSpec(), method)
     data = spec.model_dump(mode="json", exclude_unset=True)
@@ -94,7 +94,6 @@ def bench_spec(
 
 @contextlib.contextmanager
 def _agentserve(spec: DeploymentSpec, timeout_s: float, factory: Any) -> Iterator[tuple[str, str]]:
-    from agentserve.cli.up import admin_url
     from agentserve.serve import local
 
     from agentserve_bench.overhead_phases import _wait_ready
@@ -103,7 +102,7 @@ def _agentserve(spec: DeploymentSpec, timeout_s: float, factory: Any) -> Iterato
     local.start_local(spec, engine_factory=factory)
     try:
         _wait_ready(base, timeout_s)
-        yield base, admin_url(spec) + "/metrics"
+        yield base, local.admin_url(spec) + "/metrics"
     finally:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
             local.stop_local()

@@ -30,20 +30,16 @@ from agentserve.engine.cpu_info import read_cpu_info
 from agentserve.engine.vllm_args import DrafterMissingError, speculative_config
 from agentserve.model_sources import resolve_model
 from agentserve.serve import local
-from agentserve.serve.local import current_app_state, readiness
+from agentserve.serve.local import admin_url, current_app_state, readiness
 from agentserve.serve.names import deployment_name
 from agentserve.serve.ready import wait_ready
-from agentserve.spec import (
-    BUNDLED_MODEL,
-    DRAFTERLESS_METHODS,
-    DeploymentSpec,
-    SpecError,
-    load_spec,
-    spec_from_dict,
-)
+from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, SpecError, load_spec
 from agentserve.spec_defaults import resolve_drafters
+from agentserve.spec_overrides import with_overrides, with_speculation
 
 __all__ = ["add_parser", "run_up"]
+# with_overrides, with_speculation (spec_overrides.py) and admin_url (serve/local.py) are
+# imported here for `up` itself; other callers import them from their modules.
 
 POLL_S = 1.0
 PLAIN_PROGRESS_EVERY_S = 10.0
@@ -55,22 +51,6 @@ class PortInUseError(OSError):
 
 
 # -- spec preparation (pure) -------------------------------------------------------------------
-def with_overrides(
-    spec: DeploymentSpec,
-    host: str | None,
-    port: int | None,
-    trusted_hosts: list[str] | None = None,
-) -> DeploymentSpec:
-    """The spec with server.host/port replaced, `trusted_hosts` added to
-    server.trusted_hosts, re-validated (SpecError names the field)."""
-    if host is None and port is None and not trusted_hosts:
-        return spec
-    data = spec.model_dump(mode="json")
-    data["server"].update({k: v for k, v in (("host", host), ("port", port)) if v is not None})
-    data["server"]["trusted_hosts"] += [h for h in trusted_hosts or [] if h]
-    return spec_from_dict(data, source="(with --host/--port/--trusted-host)")
-
-
 def check_drafters(spec: DeploymentSpec) -> dict[str, str | None]:
     """model name -> drafter directory (None = no drafting); raises DrafterMissingError."""
     found = {}
@@ -81,27 +61,6 @@ def check_drafters(spec: DeploymentSpec) -> dict[str, str | None]:
         else:  # "dflash /path/to/drafter", "ngram"
             found[model.name] = " ".join(filter(None, (config["method"], config.get("model"))))
     return found
-
-
-def with_speculation(spec: DeploymentSpec, method: str | None) -> DeploymentSpec:
-    """`--speculation METHOD`: every vLLM model drafts with METHOD ("none": no drafting).
-
-    A drafter path in the spec is kept for dflash/eagle3 and dropped for drafterless methods.
-    """
-    if method is None:
-        return spec
-    data = spec.model_dump(mode="json", exclude_unset=True)  # unset stays unset
-    data["models"] = [m.model_dump(mode="json", exclude_unset=True) for m in spec.models]
-    for entry, model in zip(data["models"], spec.models, strict=True):
-        if model.engine != "vllm":
-            continue
-        drafter = entry.setdefault("drafter", {})
-        drafter["enabled"] = method != "none"
-        if method != "none":
-            drafter["method"] = method
-            if method in DRAFTERLESS_METHODS:
-                drafter.pop("path", None)
-    return spec_from_dict(data, source=f"(with --speculation {method})")
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -231,7 +190,7 @@ def _wait_ready(
             console.event("progress", elapsed_s=round(elapsed, 1), detail=text)
 
     outcome = wait_ready(
-        _base_url(spec),
+        local.base_url(spec),
         timeout_s=timeout_s,
         model_deployments={deployment_name(m.name): m.name for m in spec.models},
         stop=stop,
@@ -273,20 +232,6 @@ def _discard_stdout() -> Iterator[None]:
 
 
 # -- the ready banner --------------------------------------------------------------------------
-def _base_url(spec: DeploymentSpec, port: int | None = None) -> str:
-    host = spec.server.host
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{port or spec.server.port}"
-
-
-def admin_url(spec: DeploymentSpec) -> str:
-    """Where /status and /metrics answer: server.metrics_port when set, else the API port
-    (to loopback clients only; serve/admin.py)."""
-    return _base_url(spec, spec.server.metrics_port)
-
-
 def examples(base_url: str, model: str, needs_key: bool) -> dict[str, str]:
     """Ready-to-paste curl and openai-client snippets for `model` at `base_url` (pure)."""
     auth = ' \\\n  -H "Authorization: Bearer $AGENTSERVE_API_KEY"' if needs_key else ""
@@ -310,7 +255,7 @@ def examples(base_url: str, model: str, needs_key: bool) -> dict[str, str]:
 def _print_ready(
     spec: DeploymentSpec, drafters: dict[str, str | None], console: Console, took_s: float
 ) -> None:
-    base = _base_url(spec)
+    base = local.base_url(spec)
     model = spec.models[0].name
     snippets = examples(base, model, needs_key=bool(spec.tenants))
     cpu = read_cpu_info()

@@ -19,6 +19,8 @@ from agentserve.spec import DeploymentSpec
 __all__ = [
     "APP_NAME",
     "Readiness",
+    "admin_url",
+    "base_url",
     "current_app_state",
     "describe_progress",
     "readiness",
@@ -37,6 +39,22 @@ class Readiness:
 
     phase: Literal["starting", "ready", "failed"]
     detail: str = ""
+
+
+def base_url(spec: DeploymentSpec, port: int | None = None) -> str:
+    """http://HOST:PORT a local client reaches the spec's server at (a wildcard bind is
+    reached on loopback); `port` defaults to server.port."""
+    host = spec.server.host
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port or spec.server.port}"
+
+
+def admin_url(spec: DeploymentSpec) -> str:
+    """Where /status and /metrics answer: server.metrics_port when set, else the API port
+    (to loopback clients only; serve/admin.py)."""
+    return base_url(spec, spec.server.metrics_port)
 
 
 def ray_num_cpus(spec: DeploymentSpec, cpu_count: int | None = None) -> int:
