@@ -21,6 +21,7 @@ __all__ = [
     "EngineRequestError",
     "EngineStats",
     "EngineUnavailableError",
+    "aclose_stream",
 ]
 
 RequestKind = Literal["chat", "completion"]
@@ -204,3 +205,11 @@ class Engine(Protocol):
     async def stats(self) -> EngineStats: ...
 
     async def stop(self) -> None: ...
+
+
+async def aclose_stream(stream: AsyncIterator[Delta]) -> None:
+    """Close a delta stream early when it can be closed (an async generator): the engine
+    aborts the request. A plain iterator without `aclose` is left alone."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()

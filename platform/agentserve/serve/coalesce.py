@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
 
-from agentserve.engine.protocol import Delta
+from agentserve.engine.protocol import Delta, aclose_stream
 
 __all__ = ["coalesced", "merge_deltas"]
 
@@ -112,6 +112,4 @@ async def coalesced(stream: AsyncIterator[Delta], interval_s: float) -> AsyncIte
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await aclose_stream(stream)

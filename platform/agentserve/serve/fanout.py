@@ -21,7 +21,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from agentserve.engine.protocol import Delta, EngineRequest, EngineUnavailableError
+from agentserve.engine.protocol import Delta, EngineRequest, EngineUnavailableError, aclose_stream
 
 __all__ = ["choice_requests", "fan_out"]
 
@@ -108,6 +108,4 @@ async def _merged(streams: Sequence[AsyncIterator[Delta]]) -> AsyncIterator[Delt
             future.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         for stream in streams:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await aclose_stream(stream)

@@ -31,6 +31,7 @@ from agentserve.engine.protocol import (
     EngineRequest,
     EngineStats,
     EngineUnavailableError,
+    aclose_stream,
 )
 from agentserve.engine.vllm_engine import VLLMEngine
 from agentserve.serve.coalesce import coalesced
@@ -96,9 +97,7 @@ class ModelReplica:
             raise
         finally:
             self.windows.end(request.request_id)
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()  # a cancelled handle call lands here: the engine aborts
+            await aclose_stream(stream)  # a cancelled handle call lands here: the engine aborts
 
     async def generate_batches(self, request: EngineRequest) -> AsyncIterator[list[Delta]]:
         """`generate` as the ingress receives it (a Serve streaming method): the first

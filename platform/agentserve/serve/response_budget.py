@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentserve.api.errors import InvalidRequestError
-from agentserve.engine.protocol import Delta
+from agentserve.engine.protocol import Delta, aclose_stream
 from agentserve.serve.admission import estimate_prompt_tokens
 
 __all__ = ["MAX_BUFFERED_BYTES", "ResponseTooLargeError", "buffer_cap", "capped", "delta_bytes"]
@@ -96,6 +96,4 @@ async def capped(stream: AsyncIterator[Delta], cap: int | None) -> AsyncIterator
                     )
             yield delta
     finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await aclose_stream(stream)

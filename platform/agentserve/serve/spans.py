@@ -21,7 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from agentserve import tracing as t
-from agentserve.engine.protocol import Delta, EngineRequest
+from agentserve.engine.protocol import Delta, EngineRequest, aclose_stream
 
 __all__ = ["SENT_AT_HEADER", "end_ingress", "start_ingress", "trace_headers", "traced_stream"]
 
@@ -160,7 +160,7 @@ async def traced_stream(
             replica.set_status(Status(StatusCode.ERROR, type(err).__name__))
         raise
     finally:
-        await _aclose(stream)
+        await aclose_stream(stream)
         if replica.is_recording():
             _end_replica(tracer, replica, progress, model, num_speculative_tokens)
 
@@ -188,12 +188,6 @@ def _end_replica(
     if progress.finish_reason:
         replica.set_attribute(t.FINISH_REASONS, [progress.finish_reason])
     replica.end(end_time=end_ns)
-
-
-async def _aclose(stream: AsyncIterator[Delta]) -> None:
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        await aclose()
 
 
 def _queue_wait(tracer: Tracer, parent, sent_at: str | None, start_ns: int, model: str) -> None:
