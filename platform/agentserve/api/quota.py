@@ -90,16 +90,40 @@ class RateLimiter:
         usage.reserved += reserve
         return Lease(self, tenant.name, reserve, count)
 
-    def adopt(self, tenant: Tenant, reserve_tokens: int = 0, count: int = 1) -> Lease:
+    def adopt(
+        self, tenant: Tenant, reserve_tokens: int = 0, count: int = 1, count_request: bool = True
+    ) -> Lease:
         """Count a request admitted elsewhere (by another book, before a restart) without
-        checking any limit: it runs already. Its reservation is taken as given."""
+        checking any limit: it runs already. Its reservation is taken as given;
+        `count_request` False: its requests_per_minute entry comes by `restore`."""
         usage = self._usage.setdefault(tenant.name, _Usage())
         _expire(usage, self._clock())
         reserve = reserve_tokens if tenant.rate_limit.tokens_per_minute else 0
-        usage.requests.append(self._clock())
+        if count_request:
+            usage.requests.append(self._clock())
         usage.in_flight += count
         usage.reserved += reserve
         return Lease(self, tenant.name, reserve, count)
+
+    def history(self) -> dict[str, tuple[list[float], list[tuple[float, int]]]]:
+        """Tenant -> (ages of its requests, (age, tokens) charged) in the window: what a
+        restarted book needs to know of this one (`restore`)."""
+        now, out = self._clock(), {}
+        for name, usage in self._usage.items():
+            _expire(usage, now)
+            if usage.requests or usage.tokens:
+                ages = [now - at for at in usage.requests]
+                out[name] = (ages, [(now - at, n) for at, n in usage.tokens])
+        return out
+
+    def restore(self, history: dict[str, tuple[list[float], list[tuple[float, int]]]]) -> None:
+        """Add another book's window (its `history()`), in time order with this one's."""
+        now = self._clock()
+        for name, (ages, charges) in history.items():
+            usage = self._usage.setdefault(name, _Usage())
+            usage.requests = deque(sorted([*usage.requests, *(now - a for a in ages)]))
+            usage.tokens = deque(sorted([*usage.tokens, *((now - a, n) for a, n in charges)]))
+            _expire(usage, now)
 
     def in_flight(self, tenant: str) -> int:
         usage = self._usage.get(tenant)

@@ -11,7 +11,8 @@ got). An owner may name its leases: finishing a lease the book does not hold (ye
 that name, so an admission the owner gave up on (its call timed out) and finished before it
 arrived opens nothing when it does. Finishing is idempotent (a retried finish charges
 once). A restarted book knows no lease: each owner's renewal lists its open leases and
-the book adopts those it lacks (`adopt`), so the limits count them again at once. Pure:
+the book adopts those it lacks (`adopt`), so the limits count them again at once, and
+an owner it never heard of sends its window of the last minute (`restore`). Pure:
 the clock is injected, there is no Ray here.
 
 Answers are plain data (they cross a Ray call): `admit` returns ("lease", lease id) or
@@ -134,18 +135,25 @@ class QuotaBook:
         else:
             self._withdrawn[lease_id] = self._clock()
 
-    def adopt(self, owner: str, leases: list[OpenLease]) -> int:
+    def adopt(self, owner: str, leases: list[OpenLease], count_requests: bool = True) -> int:
         """Count `owner`'s open leases the book does not hold (it restarted, or expired
-        them while the owner was unreachable), without checking limits; how many."""
+        them while the owner was unreachable), without checking limits; how many.
+        `count_requests` False: their requests_per_minute entries come by `restore`."""
         self.renew(owner)
         adopted = 0
         for lease_id, tenant, reserved, count in leases:
             if lease_id in self._leases or lease_id in self._withdrawn:
                 continue
-            self._leases[lease_id] = (owner, self.limiter.adopt(tenant, reserved, count))
+            lease = self.limiter.adopt(tenant, reserved, count, count_requests)
+            self._leases[lease_id] = (owner, lease)
             self._opened[lease_id] = self._clock()
             adopted += 1
         return adopted
+
+    def restore(self, history: dict[str, tuple[list[float], list[tuple[float, int]]]]) -> None:
+        """Add an owner's window of requests and charged tokens (RateLimiter.history) to
+        a book that restarted without it."""
+        self.limiter.restore(history)
 
     def in_flight_elsewhere(self, owner: str) -> dict[str, int]:
         """Tenant -> requests in flight through owners other than `owner`."""

@@ -15,8 +15,10 @@ memory (LocalQuota) and cost nothing.
 Reliability: a finish (or withdrawal) stays pending here until a sync that carried it
 succeeded, retried every FINISH_RETRY_S (finishing is idempotent in the book), so a
 stalled or restarting keeper cannot hold a tenant's slot for minutes. A restarted keeper
-adopts the open leases every sync lists, so its book is whole again at the first sync
-(api/quota_book.py). Leases of an ingress that died are finished by the book after its
+adopts the open leases every sync lists, so its book is whole again at the first sync,
+and asks each ingress it never heard of for its window of the last minute (requests and
+charged tokens, from `mirror`) so requests_per_minute and tokens_per_minute survive it
+too (api/quota_book.py). Leases of an ingress that died are finished by the book after its
 LEASE_TTL_S.
 
 Failure: when the keeper cannot answer within CALL_TIMEOUT_S (stalled, restarting,
@@ -95,6 +97,7 @@ class QuotaKeeper:
         ingresses while their syncs rebuild its book (0: none, for tests)."""
         self.book = QuotaBook(clock, max_age_s=max_age_s)
         self._clock, self._ready_at = clock, clock() + recover_s
+        self._seen: set[str] = set()  # owners heard from since this keeper started
 
     def recovering(self) -> bool:
         """Just (re)started: the ingresses' open leases may not all be adopted yet."""
@@ -108,18 +111,29 @@ class QuotaKeeper:
         if self.recovering():
             self.book.renew(owner)
             return [("recovering", None)] * len(requests)
+        self._seen.add(owner)
         return [self.book.admit(owner, t, r, lease_id, n) for t, r, lease_id, n in requests]
 
     async def sync(
-        self, owner: str, finished: list[tuple[str, int]], open_leases: list[OpenLease]
-    ) -> dict[str, int]:
-        """Finish each (lease id, tokens used), adopt the open leases the book lacks, renew
-        `owner`; returns tenant -> requests in flight through the other owners (None
-        while recovering: the others may not have synced yet)."""
+        self,
+        owner: str,
+        finished: list[tuple[str, int]],
+        open_leases: list[OpenLease],
+        history: dict[str, Any] | None = None,
+    ) -> tuple[dict[str, int] | None, bool]:
+        """Finish each (lease id, tokens used), adopt the open leases the book lacks, add
+        `history` (the owner's window, RateLimiter.history), renew `owner`. Returns
+        (tenant -> requests in flight through the other owners, None while recovering;
+        whether the keeper wants the owner's history: it never heard of it)."""
         for lease_id, tokens in finished:
             self.book.finish(owner, lease_id, tokens)
-        self.book.adopt(owner, open_leases)
-        return None if self.recovering() else self.book.in_flight_elsewhere(owner)
+        first = owner not in self._seen
+        self._seen.add(owner)
+        if history is not None:
+            self.book.restore(history)
+        self.book.adopt(owner, open_leases, count_requests=not first)
+        elsewhere = None if self.recovering() else self.book.in_flight_elsewhere(owner)
+        return elsewhere, first and history is None
 
     async def renew(self, owner: str) -> int:
         """Renew `owner`; the number of its open leases (for tests and logs)."""
@@ -210,6 +224,7 @@ class SharedQuota:
         self._syncing: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self._attempts = 0  # sync calls made (drain waits for one)
+        self._send_history = False  # the keeper asked for this ingress's window
         self._lease_ids = itertools.count()
         self.admits = _Batches(self._admit, lost=self._unwanted)
 
@@ -338,8 +353,10 @@ class SharedQuota:
     async def _sync_once(self) -> bool:
         finished = dict(self.pending)
         open_leases = [(i, x.tenant, x.reserved, x.count) for i, x in self.open.items()]
+        history = self.mirror.history() if self._send_history else None
+        args = (self.owner, list(finished.items()), open_leases, history)
         try:
-            elsewhere = await self._call("sync", self.owner, list(finished.items()), open_leases)
+            elsewhere, wants_history = await self._call("sync", *args)
         except Exception as err:
             log.warning("tenant limits keeper: sync failed (%d finishes pending): %r",
                         len(self.pending), err)  # fmt: skip
@@ -348,6 +365,11 @@ class SharedQuota:
         for lease_id, tokens in finished.items():
             if self.pending.get(lease_id) == tokens:
                 del self.pending[lease_id]
+        if history is not None:
+            self._send_history = False
+        elif wants_history:  # a keeper that never heard of this ingress (it restarted)
+            self._send_history = True
+            self._wake.set()
         if elsewhere is not None:  # None: a recovering keeper, keep the last known
             self.elsewhere, self._elsewhere_at = dict(elsewhere), self.clock()
         self._keeper_down_until = float("-inf")  # it answered: admit through it again

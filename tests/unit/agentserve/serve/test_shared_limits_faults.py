@@ -104,3 +104,26 @@ def test_a_just_restarted_keeper_leaves_admission_to_the_ingresses_until_they_sy
         assert keeper.book.open_leases() == 3
 
     asyncio.run(run())
+
+
+def test_a_restarted_keeper_gets_the_last_minutes_requests_and_tokens_back(monkeypatch):
+    monkeypatch.setattr(shared_limits, "RENEW_S", 0.02)
+    handle = FakeKeeperHandle(QuotaKeeper(recover_s=0))
+    a, b = SharedQuota(handle, 2, owner="a"), SharedQuota(handle, 2, owner="b")
+    tenant = _tenant(_spec(requests_per_minute=4, tokens_per_minute=1000))
+
+    async def run():
+        for _ in range(3):
+            (await a.admit(tenant, reserve_tokens=100)).finish(300)  # 900 tokens charged
+        await a.drain()
+        handle.keeper = QuotaKeeper(recover_s=0)  # restarted: empty windows
+        assert await _until(lambda: "a" in handle.keeper._seen and not a._send_history)
+        await asyncio.sleep(0.05)  # a's history sync went through
+        with pytest.raises(RateLimitError) as caught:
+            await b.admit(tenant, reserve_tokens=200)  # 900 + 200 > 1000 tokens per minute
+        assert caught.value.code == "tokens_limit_exceeded"
+        await b.admit(tenant, reserve_tokens=50)  # the 4th request of the minute
+        with pytest.raises(RateLimitError):
+            await b.admit(tenant, reserve_tokens=1)  # a 5th: over 4 requests per minute
+
+    asyncio.run(run())
