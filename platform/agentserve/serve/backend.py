@@ -19,7 +19,7 @@ from agentserve.engine.protocol import (
     EngineStats,
     EngineUnavailableError,
 )
-from agentserve.serve.spans import traced_stream
+from agentserve.serve.spans import speculative_tokens, traced_stream
 
 __all__ = ["LocalBackend", "ModelBackend"]
 
@@ -50,7 +50,7 @@ class LocalBackend:
         stream = self.engine.generate(request)
         if self.tracer is None:
             return stream
-        k = getattr(self.engine, "num_speculative_tokens", 0)
+        k = speculative_tokens(self.engine)
         return traced_stream(
             self.tracer, request, stream, model=self.engine.model_name, num_speculative_tokens=k
         )

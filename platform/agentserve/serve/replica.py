@@ -71,7 +71,7 @@ class ModelReplica:
         self.model = model
         self.engine = engine_factory(model)
         self.tracer = make_tracer(tracing or TracingSpec(), os.environ, "replica")
-        self.speculative_tokens = speculative_tokens(model, self.engine)
+        self.speculative_tokens = speculative_tokens(self.engine, model)
         self.windows = ReplicaStats(window_s)
         self.health_failures = 0  # consecutive failed probes of the watchdog
         _import_request_types()

@@ -16,12 +16,16 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from agentserve import tracing as t
 from agentserve.engine.protocol import Delta, EngineRequest, aclose_stream
+
+if TYPE_CHECKING:
+    from agentserve.spec import ModelSpec
 
 __all__ = ["SENT_AT_HEADER", "end_ingress", "start_ingress", "trace_headers", "traced_stream"]
 
@@ -109,10 +113,13 @@ class _Progress:
         return first
 
 
-def speculative_tokens(model, engine: object) -> int:
-    """Tokens drafted per step for `model` (a ModelSpec): the drafter's when enabled, else
-    the engine's own `num_speculative_tokens` (the fake engine's), else 0."""
-    if model.drafter.enabled:
+def speculative_tokens(engine: object, model: ModelSpec | None = None) -> int:
+    """Tokens drafted per step by `engine` serving `model` (a ModelSpec; default the
+    engine's own `spec`, as VLLMEngine keeps it): the drafter's `num_speculative_tokens`
+    when the drafter is enabled, else the engine's own `num_speculative_tokens` (the fake
+    engine's), else 0. The one reading of it, for Ray replicas and LocalBackend alike."""
+    model = model if model is not None else getattr(engine, "spec", None)
+    if model is not None and model.drafter.enabled:
         return model.drafter.num_speculative_tokens
     return int(getattr(engine, "num_speculative_tokens", 0) or 0)
 

@@ -8,14 +8,15 @@ import asyncio
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from agentserve import tracing as t
 from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
-from agentserve.serve.spans import speculation_attributes
-from agentserve.spec import DeploymentSpec, TracingSpec, hash_api_key
+from agentserve.serve.spans import speculation_attributes, speculative_tokens
+from agentserve.spec import DeploymentSpec, ModelSpec, TracingSpec, hash_api_key
 from fastapi.testclient import TestClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -86,6 +87,19 @@ def test_speculation_attributes(steps, tokens, k, want):
         return
     keys = (t.DECODE_STEPS, t.DRAFT_TOKENS, t.ACCEPTED_TOKENS, t.ACCEPTANCE_LENGTH)
     assert tuple(got[k] for k in keys) == want
+
+
+def test_speculative_tokens_one_reading_for_replicas_and_local_backends():
+    """The drafter's k when it drafts (the model given, or the engine's own spec), else the
+    engine's own k (the fake's), else 0."""
+    drafting = ModelSpec(source="/m", drafter={"enabled": True, "method": "ngram"})
+    plain = ModelSpec(source="/m", drafter={"enabled": False})
+    fake = FakeEngine("m", 64, num_speculative_tokens=3)
+    k = drafting.drafter.num_speculative_tokens
+    assert speculative_tokens(SimpleNamespace(spec=drafting)) == k  # LocalBackend(VLLMEngine)
+    assert speculative_tokens(fake, drafting) == k  # a replica: its model spec wins
+    assert speculative_tokens(fake) == 3 == speculative_tokens(fake, plain)
+    assert speculative_tokens(SimpleNamespace(spec=plain)) == 0
 
 
 def _spec(tenants=()):
