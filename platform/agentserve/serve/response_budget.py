@@ -82,18 +82,22 @@ def delta_bytes(delta: Delta) -> int:
     return size
 
 
-async def capped(stream: AsyncIterator[Delta], cap: int | None) -> AsyncIterator[Delta]:
-    """`stream`'s deltas; ResponseTooLargeError once they hold more than `cap` bytes."""
+def capped(stream: AsyncIterator[Delta], cap: int | None) -> AsyncIterator[Delta]:
+    """`stream`'s deltas; ResponseTooLargeError once they hold more than `cap` bytes
+    (None: `stream` itself, a stream's deltas are not held)."""
+    return stream if cap is None else _capped(stream, cap)
+
+
+async def _capped(stream: AsyncIterator[Delta], cap: int) -> AsyncIterator[Delta]:
     held = 0
     try:
         async for delta in stream:
-            if cap is not None:
-                held += delta_bytes(delta)
-                if held > cap:
-                    raise ResponseTooLargeError(
-                        f"the response grew past the {cap // 2**20} MiB a non-stream "
-                        "response is buffered; send stream: true or a smaller max_tokens"
-                    )
+            held += delta_bytes(delta)
+            if held > cap:
+                raise ResponseTooLargeError(
+                    f"the response grew past the {cap // 2**20} MiB a non-stream "
+                    "response is buffered; send stream: true or a smaller max_tokens"
+                )
             yield delta
     finally:
         await aclose_stream(stream)
