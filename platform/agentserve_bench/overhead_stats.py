@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from agentserve.autoscale.latency_stat import nearest_rank
 from agentserve.autoscale.latency_stat import tpot_ms as tpot_of
 
 __all__ = [
@@ -89,11 +90,11 @@ def level_stats(timings: Sequence[RequestTiming], wall_s: float) -> dict[str, An
         "wall_s": round(wall_s, 3),
         "tokens_per_s": round(tokens / wall_s, 2) if wall_s > 0 else None,
         "tpot_ms": _round(np.mean(tpot)) if tpot else None,
-        "tpot_ms_p50": _round(np.percentile(tpot, 50)) if tpot else None,
-        "tpot_ms_p95": _round(np.percentile(tpot, 95)) if tpot else None,
+        "tpot_ms_p50": _round(nearest_rank(tpot, 0.5)),
+        "tpot_ms_p95": _round(nearest_rank(tpot, 0.95)),
         "ttft_ms": _round(np.mean(ttft)) if ttft else None,
-        "ttft_ms_p50": _round(np.percentile(ttft, 50)) if ttft else None,
-        "ttft_ms_p95": _round(np.percentile(ttft, 95)) if ttft else None,
+        "ttft_ms_p50": _round(nearest_rank(ttft, 0.5)),
+        "ttft_ms_p95": _round(nearest_rank(ttft, 0.95)),
     }
 
 

@@ -21,6 +21,8 @@ log-bucketed histogram** (buckets 5% wide, a value reported as its bucket's uppe
   sample, and it matches the replicas' own `p95` (serve/replica_stats.py).
 Counts may be fractional (a time-averaged histogram): the rank rule is "first bucket whose
 cumulative count reaches 95% of the total", which is nearest-rank for integer counts.
+`nearest_rank(values, q)` is the same rule on raw samples, for any quantile: every
+percentile the benchmarks report (agentserve_bench) is computed by it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from agentserve.autoscale.policy_types import TenantLatency
 
 __all__ = ["GROWTH", "LatencyWindow", "bucket_of", "bucket_upper_ms", "histogram"]
-__all__ += ["p95_of_histogram", "pooled_p95", "pooled_tenant_latency", "tpot_ms"]
+__all__ += ["nearest_rank", "p95_of_histogram", "pooled_p95", "pooled_tenant_latency", "tpot_ms"]
 
 GROWTH = 1.05
 """Ratio between consecutive bucket edges (5% resolution)."""
@@ -78,6 +80,15 @@ def _merge(histograms: Iterable[Mapping[int, float]]) -> dict[int, float]:
         for i, n in h.items():
             out[i] = out.get(i, 0.0) + n
     return out
+
+
+def nearest_rank(values: Iterable[float], q: float) -> float | None:
+    """The q-quantile (0 < q <= 1) of raw samples by nearest rank: the ceil(q N)-th
+    smallest, a value some sample had (p95_of_histogram's rule); None when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(q * len(ordered) - _EPS) - 1)]
 
 
 def p95_of_histogram(hist: Mapping[int, float]) -> float | None:

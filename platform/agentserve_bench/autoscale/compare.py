@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 from agentserve.autoscale.burst import BurstKnobs
+from agentserve.autoscale.latency_stat import nearest_rank
 from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_schedule
 from agentserve.autoscale.policy import (
     PolicySpec,
@@ -66,6 +67,11 @@ class PolicyController:
         return fleet_target(decision.target_replicas, standby, self.spec.max_replicas)
 
 
+def _p95_ms(values: list[float]) -> float | None:
+    p95 = nearest_rank(values, 0.95)
+    return None if p95 is None else round(p95, 1)
+
+
 def _tenant_report(result: SimResult, slas: dict[str, Sla], burst: tuple[float, float]):
     report = {}
     for name, sla in slas.items():
@@ -95,10 +101,8 @@ def _tenant_report(result: SimResult, slas: dict[str, Sla], burst: tuple[float, 
             ),
             "attainment_in_burst": round(float(np.mean(in_burst)), 4) if in_burst else None,
             "shed": len(qs) - len(served),
-            "ttft_p95_ms": round(float(np.percentile([q.ttft_ms for q in served], 95)), 1),
-            "tpot_p95_ms": round(
-                float(np.percentile([q.tpot_ms for q in served if q.tpot_ms], 95)), 1
-            ),
+            "ttft_p95_ms": _p95_ms([q.ttft_ms for q in served]),
+            "tpot_p95_ms": _p95_ms([q.tpot_ms for q in served if q.tpot_ms]),
         }
     return report
 

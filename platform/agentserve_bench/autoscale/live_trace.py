@@ -5,9 +5,10 @@ and the per-phase report from the request records (attainment, percentiles, repl
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+
+from agentserve.autoscale.latency_stat import nearest_rank  # re-exported: the one percentile
 
 from agentserve_bench.autoscale.trace import (
     Call,
@@ -105,14 +106,6 @@ def prompt_text(session: int, call: int, tokens: int) -> str:
 
 def in_burst(cfg: TraceConfig, arrival_s: float) -> bool:
     return cfg.burst_start_s <= arrival_s < cfg.burst_start_s + cfg.burst_s
-
-
-def nearest_rank(values: Sequence[float], q: float) -> float | None:
-    """The q-quantile (0 < q <= 1) by nearest rank: a value some request had."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def attained(record: Record, ttft_ms: float, tpot_ms: float) -> bool:

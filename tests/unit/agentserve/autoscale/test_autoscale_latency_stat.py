@@ -16,6 +16,7 @@ from agentserve.autoscale.latency_stat import (
     bucket_of,
     bucket_upper_ms,
     histogram,
+    nearest_rank,
     p95_of_histogram,
     pooled_p95,
     pooled_tenant_latency,
@@ -161,3 +162,13 @@ def test_tpot_is_per_output_token_after_the_first_in_every_world():
     assert tpot_ms(1.0, None, 5) is None
     record = RequestRecord("a", 0.0, 10, 11, 11, first_token_s=1.0, finish_s=1.5)
     assert record.tpot_ms == tpot_ms(1.0, 1.5, 11)
+
+
+def test_nearest_rank_on_raw_samples_is_the_histograms_rank_rule():
+    """The benchmarks' percentile (raw samples) and the policy's p95 (pooled histogram)
+    pick the same rank: on samples that sit on bucket edges they agree exactly."""
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 19, 20, 21, 60, 101):
+        values = [bucket_upper_ms(int(i)) for i in rng.integers(0, 120, n)]
+        assert nearest_rank(values, 0.95) == pooled_p95([values[: n // 2], values[n // 2 :]])
+    assert nearest_rank(range(1, 101), 0.5) == 50 and nearest_rank([], 0.95) is None
