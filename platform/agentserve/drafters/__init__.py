@@ -1,4 +1,8 @@
-"""DFlash drafters shipped with agentserve, and how to pick one for a model."""
+"""DFlash drafters shipped with agentserve, and how to pick one for a model.
+
+The package holds the drafters themselves as data: one directory per drafter beside this
+file (weights, config, card, its dflash.py), shipped by pyproject's package-data.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ __all__ = [
     "shipped_drafter",
 ]
 
-DRAFTER_ROOT = Path(__file__).parent / "drafters"
+DRAFTER_ROOT = Path(__file__).parent
 BUNDLED_DRAFTER_DIR = DRAFTER_ROOT / f"{BUNDLED_MODEL}-dflash"
 """Where the bundled model's drafter ships (and where train-drafter writes it)."""
 _SHIPPED = {BUNDLED_MODEL: BUNDLED_DRAFTER_DIR.name}
