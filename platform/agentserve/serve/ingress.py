@@ -4,7 +4,8 @@ trace and session headers, streaming, metrics. Ray-free; serve/app.py hosts it i
 Request path: in open mode, trusted Host and JSON POSTs only (400/415, serve/host_guard.py)
 -> resolve tenant (401) -> parse body (400) -> find model (404) -> admit
 (serve/admission.py: 503 model queue full, 429 past the tenant's fair share of it or its
-limits, tokens reserved) -> wait for a slot toward the replicas, earliest deadline first,
+limits, tokens reserved; a body with schemas or over 64 KiB is admitted before its full
+check, serve/admit_first.py) -> wait for a slot toward the replicas, earliest deadline first,
 priority set by tenant class (serve/priority.py: 429 for a batch request past its
 deadline) -> backend.generate (through serve/migrate.py: a
 request whose replica dies continues on another) -> first delta (engine 4xx
