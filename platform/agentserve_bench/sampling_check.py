@@ -223,7 +223,10 @@ def _sampling_worker(
             # batch's requests reach the engine core's first step depends on timing: under
             # CPU contention a batch of 4 replayed as 1+3 and failed this check
             replays = [
-                [llm.generate([i], [p], use_tqdm=False)[0] for i, p in zip(inputs[:4], params[:4], strict=True)]
+                [
+                    llm.generate([i], [p], use_tqdm=False)[0]
+                    for i, p in zip(inputs[:4], params[:4], strict=True)
+                ]
                 for _ in range(2)
             ]
             first, again = ([list(o.outputs[0].token_ids) for o in r] for r in replays)
