@@ -1,6 +1,8 @@
 """Request parsing that keeps the ingress event loop free and is fair across tenants: a
-request with tool or response_format schemas, or a large body, is decoded and validated
-on a worker thread under a time limit; a small plain one inline.
+request with tool or response_format schemas its tenant has not sent before, or a body
+over INLINE_BODY_BYTES, is decoded and validated on a worker thread under a time limit;
+a small one without schemas, or with only known ones (an agent's usual tools: a hash
+each), inline.
 
 Fairness (serve/fair_gate.py): worker threads take turns through a FairGate, so one
 validation runs at a time (a hostile request competes with the event loop for the GIL,
@@ -8,10 +10,10 @@ never with a crowd of threads), and a job hands its turn to another tenant's at 
 checkpoint (before each uncached schema, every few thousand JSON values). A tenant has
 at most PER_TENANT_JOBS jobs on the threads; its further requests wait in its own queue,
 and past the time limit get 429 (validation_busy): they never hold threads another
-tenant needs. Work left when the limit passes stops at the next checkpoint (400
-validation_timeout). Meta-validated schemas are cached per tenant (SchemaCache
-partitions): no tenant evicts another's entries or learns from the timing whether
-another tenant sent a schema.
+tenant needs (WORKER_THREADS serve 8 tenants at once; more wait for a thread in order).
+Work left when the limit passes stops at the next checkpoint (400 validation_timeout).
+Meta-validated schemas are cached per tenant (SchemaCache partitions): no tenant evicts
+another's entries or learns from the timing whether another tenant sent a schema.
 
 While a validation runs, the event loop waits for the GIL at most sys.getswitchinterval()
 each time it needs it; a request passes through the loop a dozen times, so the parser
