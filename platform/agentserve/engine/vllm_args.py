@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.drafters import shipped_drafter
+from agentserve.engine.cpu_settings import compile_on_cpu
 from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
 from dflash.config import DFlashConfig
@@ -141,6 +142,8 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         "max_num_batched_tokens": model.max_num_batched_tokens,
     }
     kwargs.update({k: v for k, v in optional.items() if v is not None})
+    if model.replicas.num_gpus == 0 and not compile_on_cpu():
+        kwargs["enforce_eager"] = True  # measured choice for this CPU (cpu_settings.py)
     kwargs.update(model.engine_args)
     kwargs.update(overrides)
     return kwargs

@@ -101,3 +101,29 @@ def test_iomp_is_found_in_an_environment_prefix(tmp_path):
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libiomp5.so").write_bytes(b"")
     assert iomp_library(str(tmp_path)) == tmp_path / "lib" / "libiomp5.so"
+
+
+def test_compile_on_cpu_env_overrides_measured_choice_and_unmeasured_kinds_compile(monkeypatch):
+    from agentserve.engine import cpu_settings
+
+    monkeypatch.setattr(cpu_settings, "COMPILE_BY_CPU", {"avx2": False})
+    assert cpu_settings.compile_on_cpu({}, "avx2") is False
+    assert cpu_settings.compile_on_cpu({}, "amx") is True  # never measured: vLLM's default
+    assert cpu_settings.compile_on_cpu({"AGENTSERVE_CPU_COMPILE": "1"}, "avx2") is True
+    assert cpu_settings.compile_on_cpu({"AGENTSERVE_CPU_COMPILE": "0"}, "amx") is False
+    with pytest.raises(ValueError, match="AGENTSERVE_CPU_COMPILE"):
+        cpu_settings.compile_on_cpu({"AGENTSERVE_CPU_COMPILE": "yes"}, "amx")
+
+
+def test_engine_kwargs_run_eager_on_cpu_only_when_chosen_and_never_over_the_spec(monkeypatch):
+    from agentserve.engine import vllm_args
+    from agentserve.spec import ModelSpec
+
+    monkeypatch.setattr(vllm_args, "compile_on_cpu", lambda: False)
+    assert vllm_args.engine_kwargs(ModelSpec(), "/m")["enforce_eager"] is True
+    gpu = ModelSpec(replicas={"num_gpus": 1})
+    assert "enforce_eager" not in vllm_args.engine_kwargs(gpu, "/m")
+    own = ModelSpec(engine_args={"enforce_eager": False})
+    assert vllm_args.engine_kwargs(own, "/m")["enforce_eager"] is False
+    monkeypatch.setattr(vllm_args, "compile_on_cpu", lambda: True)
+    assert "enforce_eager" not in vllm_args.engine_kwargs(ModelSpec(), "/m")
