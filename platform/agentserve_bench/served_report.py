@@ -31,17 +31,21 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def _cpu(r: dict[str, Any]) -> str:
+    return r.get("machine", {}).get("cpu_class", "-")
+
+
 def markdown_table(records: list[dict[str, Any]]) -> str:
     head = (
-        "| server | settings | dtype | method | k | workload | c | decode tok/s | vs plain "
+        "| CPU | server | settings | dtype | method | k | workload | c | decode tok/s | vs plain "
         "| throughput vs plain | TTFT p50 ms | tau | greedy = plain | default |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in records:
         speedup = r.get("speedup_vs_plain")
         lines.append(
-            f"| {r['server']} | {r.get('settings', DEFAULT_SETTINGS)} | {r['dtype']} "
+            f"| {_cpu(r)} | {r['server']} | {r.get('settings', DEFAULT_SETTINGS)} | {r['dtype']} "
             f"| {r['method']} "
             f"| {r['num_speculative_tokens']} | {r['workload']} "
             f"| {r['concurrency']} | {_fmt(r['decode_tokens_per_s'], 1)} "
@@ -55,15 +59,15 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
 def _peer_line(records: list[dict[str, Any]]) -> str:
     """Plain agentserve vs plain vLLM server, per workload and concurrency."""
     plain = {
-        (r["server"], r["workload"], r["concurrency"]): r["decode_tokens_per_s"]
+        (_cpu(r), r["server"], r["workload"], r["concurrency"]): r["decode_tokens_per_s"]
         for r in records
         if r["method"] == "none" and r.get("settings", DEFAULT_SETTINGS) == DEFAULT_SETTINGS
     }
     parts = []
-    for (server, workload, c), ours in sorted(plain.items()):
-        theirs = plain.get(("vllm_serve", workload, c))
+    for (cpu, server, workload, c), ours in sorted(plain.items()):
+        theirs = plain.get((cpu, "vllm_serve", workload, c))
         if server == "agentserve" and ours and theirs:
-            parts.append(f"{workload} c={c}: {ours / theirs:.2f}x")
+            parts.append(f"{cpu} {workload} c={c}: {ours / theirs:.2f}x")
     return (
         ("Plain agentserve vs plain vLLM server (decode tok/s): " + ", ".join(parts))
         if parts

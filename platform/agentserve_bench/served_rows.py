@@ -16,6 +16,7 @@ from agentserve.engine.cpu_settings import DEFAULT_SETTINGS
 __all__ = [
     "MIN_C1_SPEEDUP",
     "MIN_LOADED_SPEEDUP",
+    "by_machine",
     "fill_ratios",
     "method_scores",
     "row",
@@ -103,7 +104,14 @@ def _replies(r: dict[str, Any]) -> list[str]:
 
 
 def _cell(r: dict[str, Any]) -> tuple:
-    return (r["server"], r.get("settings", DEFAULT_SETTINGS), r["workload"], r["concurrency"])
+    machine = r.get("machine", {}).get("cpu_class")  # a ratio never crosses machines
+    return (
+        machine,
+        r["server"],
+        r.get("settings", DEFAULT_SETTINGS),
+        r["workload"],
+        r["concurrency"],
+    )
 
 
 def _deciding(r: dict[str, Any]) -> bool:
@@ -141,6 +149,15 @@ def method_scores(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]
                 "cells": len(by_cell),
             }
     return scores
+
+
+def by_machine(records: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Records grouped by the kind of CPU they were measured on (engine/cpu_info cpu_class):
+    each kind gets its own default, from its own rows."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        out.setdefault(r.get("machine", {}).get("cpu_class", "other"), []).append(r)
+    return out
 
 
 def served_default(records: Iterable[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]]:

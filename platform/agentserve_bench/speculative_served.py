@@ -38,7 +38,7 @@ from agentserve_bench.served_client import (
     workload_messages,
 )
 from agentserve_bench.served_report import write_served
-from agentserve_bench.served_rows import fill_ratios, row, served_default
+from agentserve_bench.served_rows import by_machine, fill_ratios, row, served_default
 
 __all__ = ["add_parser", "bench_spec", "parse_methods", "run"]
 
@@ -197,13 +197,18 @@ def report_only(args: argparse.Namespace) -> int:
     import json
 
     figures = Path(args.docs) / "benchmarks" / "speculative.json"
-    records = [r for r in json.loads(figures.read_text()) if r.get("path") == "served"]
-    default, scores = served_default(fill_ratios(records, None))
-    records = fill_ratios(records, default)
+    served = [r for r in json.loads(figures.read_text()) if r.get("path") == "served"]
+    records: list[dict[str, Any]] = []
+    for rows in by_machine(served).values():  # each kind of CPU decides from its own rows
+        default, scores = served_default(fill_ratios(rows, None))
+        records += fill_ratios(rows, default)
+    # the section's header and scores: the most recently measured machine
+    latest = max(records, key=lambda r: r.get("date", ""))["machine"]
+    default, scores = served_default(by_machine(records)[latest["cpu_class"]])
     commands = " ; ".join(sorted({r["command"] for r in records}))
     out = write_served(
         records, scores, default, Path(args.docs), command=commands, wall_s=0.0,
-        machine=records[0]["machine"],
+        machine=latest,
     )  # fmt: skip
     print(f"default by the served rule: {default}; scores {scores}")
     print(f"written: {', '.join(map(str, out))}")
@@ -242,11 +247,14 @@ def run(args: argparse.Namespace) -> int:
     default, scores = served_default(fill_ratios(records, None))
     records = fill_ratios(records, default)
     command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    if args.keep_other_rows:
-        measured = {(r["server"], r["settings"]) for r in records}
-        keep = lambda r: (r.get("server"), r.get("settings")) not in measured  # noqa: E731
-    else:
-        keep = lambda r: False  # noqa: E731
+    measured = {(r["server"], r["settings"]) for r in records}
+
+    def keep(r: dict[str, Any]) -> bool:
+        """Another kind of CPU's rows always stay; this kind's as --keep-other-rows says."""
+        if r.get("machine", {}).get("cpu_class") != machine["cpu_class"]:
+            return True
+        return args.keep_other_rows and (r.get("server"), r.get("settings")) not in measured
+
     out = write_served(
         records, scores, default, Path(args.docs), command=command,
         wall_s=time.perf_counter() - started, machine=machine, keep_served=keep,
@@ -328,7 +336,8 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         "--keep-other-rows",
         action="store_true",
         help="keep the committed served rows of (server, settings) pairs this run does not "
-        "measure (each row carries its own command and date); default: replace all served rows",
+        "measure (each row carries its own command and date); default: replace all served rows "
+        "of this kind of CPU (another kind's rows always stay: each kind has its own default)",
     )
     p.add_argument(
         "--report-only",

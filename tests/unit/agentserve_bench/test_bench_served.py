@@ -170,3 +170,28 @@ def test_engine_defaults_are_the_named_default_settings():
     iomp = Path("/venv/lib/libiomp5.so")
     named = engine_environment(SETTINGS[DEFAULT_SETTINGS], cores=[0, 1], iomp=iomp)
     assert engine_environment({}, cores=[0, 1], iomp=iomp) == named
+
+
+def test_ratios_and_defaults_never_cross_kinds_of_cpu():
+    """Two machines' rows in one file: each method's ratio is to its own machine's plain
+    decoding, and each machine's default comes from its own rows."""
+    from agentserve_bench.served_rows import by_machine, fill_ratios, served_default
+
+    def r(cpu: str, method: str, workload: str, c: int, tok_s: float) -> dict:
+        return {
+            "path": "served", "server": "agentserve", "settings": "all-gomp", "method": method,
+            "num_speculative_tokens": 0 if method == "none" else 4, "workload": workload,
+            "concurrency": c, "decode_tokens_per_s": tok_s, "throughput_tokens_per_s": tok_s,
+            "texts": ["x"], "machine": {"cpu_class": cpu},
+        }  # fmt: skip
+
+    rows = []
+    for w in ("coding", "agent"):
+        for c in (1, 4):
+            rows += [r("avx2", "none", w, c, 20.0), r("avx2", "ngram", w, c, 15.0)]
+            rows += [r("amx", "none", w, c, 30.0), r("amx", "ngram", w, c, 45.0)]
+    filled = fill_ratios(rows, None)
+    assert {x["speedup_vs_plain"] for x in filled if x["method"] == "ngram"} == {0.75, 1.5}
+    groups = by_machine(filled)
+    assert served_default(groups["amx"])[0] == "ngram"
+    assert served_default(groups["avx2"])[0] == "none"
