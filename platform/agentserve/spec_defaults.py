@@ -18,6 +18,7 @@ from agentserve.autoscale.spec_schedule import with_default_schedules
 from agentserve.drafters import (
     default_speculation,
     default_speculation_reason,
+    default_speculation_tokens,
     shipped_drafter,
 )
 from agentserve.spec import BUNDLED_MODEL, DRAFTERLESS_METHODS, DeploymentSpec, spec_from_dict
@@ -31,13 +32,15 @@ def with_default_drafters(
     shipped: Callable[[str], Path | None],
     default_method: Callable[[str], str | None] = lambda _: "dflash",
     why_default: Callable[[str], str] = lambda _: "no default speculative method for it",
+    default_tokens: Callable[[str], int | None] = lambda _: None,
 ) -> tuple[DeploymentSpec, list[str]]:
     """Decide each model's speculation; return the spec and notes for the user.
 
     flag True/False (--drafter/--no-drafter) switches drafting on/off for every model.
     flag None: a vLLM model of the bundled source whose spec leaves `drafter.enabled`
     unset speculates with `default_method(source)` (the measured-fastest method; the spec's
-    `drafter.method` wins when set); dflash needs `shipped(source)` to find a drafter.
+    `drafter.method` wins when set), drafting at most `default_tokens(source)` tokens where
+    the spec leaves num_speculative_tokens unset; dflash needs `shipped(source)`.
     """
     data = spec.model_dump(mode="json")
     notes = []
@@ -57,6 +60,9 @@ def with_default_drafters(
             )
             continue
         entry["drafter"]["method"] = method
+        tokens = None if chosen else default_tokens(model.source)
+        if tokens and "num_speculative_tokens" not in model.drafter.model_fields_set:
+            entry["drafter"]["num_speculative_tokens"] = tokens  # the measured k
         if method in DRAFTERLESS_METHODS:
             if not chosen and shipped(model.source) is not None:
                 notes.append(
@@ -81,5 +87,10 @@ def resolve_drafters(
     """`with_default_drafters` with the shipped drafters and the measured default methods
     (agentserve.drafters): the spec as `agentserve up` serves it, and notes for the user."""
     return with_default_drafters(
-        spec, flag, shipped_drafter, default_speculation, default_speculation_reason
+        spec,
+        flag,
+        shipped_drafter,
+        default_speculation,
+        default_speculation_reason,
+        default_speculation_tokens,
     )

@@ -45,8 +45,8 @@ __all__ = [
 # checks this table against the committed figures. A method not listed keeps LatencyModel's
 # assumption.
 MEASURED_ACCEPTANCE: dict[str, tuple[float, float]] = {
-    "ngram": (0.84, 0.073),
-    "dflash": (0.316, 0.006),
+    "ngram": (0.843, 0.074),
+    "dflash": (0.313, 0.0),
 }
 
 

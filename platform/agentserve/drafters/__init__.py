@@ -13,9 +13,11 @@ from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL
 __all__ = [
     "BUNDLED_DRAFTER_DIR",
     "DEFAULT_SPECULATION",
+    "DEFAULT_SPECULATION_TOKENS",
     "DRAFTER_ROOT",
     "default_speculation",
     "default_speculation_reason",
+    "default_speculation_tokens",
     "machine_class",
     "mask_token_id_for",
     "shipped_drafter",
@@ -36,7 +38,13 @@ _MASK_TOKEN_IDS = {BUNDLED_MODEL: 16}
 # applied to another. tests/unit/agentserve/test_default_speculation.py checks this table
 # against the committed figures (docs/benchmarks/speculative.json), so a new run that
 # changes the winner fails until the table follows it.
-DEFAULT_SPECULATION: dict[tuple[str, str], str | None] = {(BUNDLED_MODEL, "avx2"): None}
+DEFAULT_SPECULATION: dict[tuple[str, str], str | None] = {
+    (BUNDLED_MODEL, "avx2"): None,  # n-gram 0.69-1.04x, DFlash 0.41-0.46x of plain (bf16 is slow)
+    (BUNDLED_MODEL, "amx"): "ngram",  # n-gram 1.4-2x of plain on every workload, c=1 and c=4
+}
+# ... and the most tokens it drafts (num_speculative_tokens, where the spec leaves it unset):
+# the k the served rows measured, so the default is exactly what was measured
+DEFAULT_SPECULATION_TOKENS: dict[tuple[str, str], int] = {(BUNDLED_MODEL, "amx"): 4}
 
 
 def _canonical(model: str) -> str:
@@ -63,6 +71,11 @@ def default_speculation(model: str, machine: str | None = None) -> str | None:
     """vLLM speculative method `up` uses for `model` by default on this kind of machine
     (`machine`: a cpu_class or "cuda"; default: this machine's); None = plain decoding."""
     return DEFAULT_SPECULATION.get((_canonical(model), machine or machine_class()))
+
+
+def default_speculation_tokens(model: str, machine: str | None = None) -> int | None:
+    """num_speculative_tokens of the default method, as measured; None: the spec's own."""
+    return DEFAULT_SPECULATION_TOKENS.get((_canonical(model), machine or machine_class()))
 
 
 def default_speculation_reason(model: str, machine: str | None = None) -> str:

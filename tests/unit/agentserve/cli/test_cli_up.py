@@ -202,3 +202,17 @@ def test_examples_are_runnable_snippets(needs_key):
     assert ('"model": "m"' in snippets["curl"]) and ("Bearer" in snippets["curl"]) is needs_key
     compile(snippets["python"], "example", "exec")
     assert 'base_url="http://127.0.0.1:8000/v1"' in snippets["python"]
+
+
+@pytest.mark.parametrize(
+    ("model", "k"),
+    [
+        ({}, 4),  # the default method drafts the measured k
+        ({"drafter": {"num_speculative_tokens": 6}}, 6),  # the spec's k wins
+        ({"drafter": {"method": "ngram"}}, 7),  # the spec chose the method: its own k (default 7)
+    ],
+)
+def test_default_method_drafts_the_measured_tokens(model, k):
+    spec = spec_from_dict({"models": [model]})
+    out, _ = with_default_drafters(spec, None, _found, _ngram, lambda _: "", lambda _: 4)
+    assert out.models[0].drafter.num_speculative_tokens == k
