@@ -21,7 +21,10 @@ def test_served_bench_fake_engine_through_ray_serve(tmp_path, capsys):
     assert main(argv) == 0
     rows = json.loads((tmp_path / "benchmarks" / "speculative.json").read_text())
     assert {(r["method"], r["concurrency"]) for r in rows} == {
-        ("none", 1), ("none", 2), ("ngram", 1), ("ngram", 2)
+        ("none", 1),
+        ("none", 2),
+        ("ngram", 1),
+        ("ngram", 2),
     }
     for r in rows:
         assert r["path"] == "served" and r["server"] == "agentserve" and r["requests"] == 2

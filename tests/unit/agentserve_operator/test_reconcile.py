@@ -36,8 +36,11 @@ def make_ready(cluster, ready_pods=1):
             "serveDeploymentStatuses": {"model-qwen3-8b": {"status": "HEALTHY"}}}}},
     }  # fmt: skip
     for i in range(ready_pods):
-        labels = {m.LABEL_DEPLOYMENT: "demo", m.LABEL_MODEL: group,
-                  "ray.io/cluster": "demo-raycluster-1"}
+        labels = {
+            m.LABEL_DEPLOYMENT: "demo",
+            m.LABEL_MODEL: group,
+            "ray.io/cluster": "demo-raycluster-1",
+        }
         cluster.put({"apiVersion": "v1", "kind": "Pod",
                      "metadata": {"name": f"w{i}", "labels": labels},
                      "status": {"phase": "Running",
