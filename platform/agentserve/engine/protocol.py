@@ -17,6 +17,7 @@ __all__ = [
     "Engine",
     "EngineDeadError",
     "EngineError",
+    "EngineGoneError",
     "EngineRequest",
     "EngineRequestError",
     "EngineStats",
@@ -71,6 +72,11 @@ class EngineUnavailableError(EngineError):
 class EngineDeadError(EngineUnavailableError):
     """The engine, or the replica hosting it, died while serving: nothing more will come
     from it. The ingress continues the request on another replica (serve/migrate.py)."""
+
+
+class EngineGoneError(EngineDeadError):
+    """The request reached a replica whose engine had already died: it ran nothing there,
+    so that death is not counted against it (serve/poison.py)."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentserve.engine.protocol import Continuation, Delta, EngineDeadError, EngineRequest
+from agentserve.engine.protocol import (
+    Continuation,
+    Delta,
+    EngineDeadError,
+    EngineGoneError,
+    EngineRequest,
+)
 from agentserve.serve.poison import POISON_DEATHS, PoisonRequestError
 
 __all__ = ["DEFAULT_MAX_MIGRATIONS", "Progress", "continuation_request", "migrating"]
@@ -146,7 +152,7 @@ async def migrating(
     The `poison_deaths`-th death (None: never) raises PoisonRequestError after calling
     `on_poison()`."""
     progress = Progress()
-    attempt, current = 0, request
+    attempt, deaths, current = 0, 0, request
     while True:
         stream = generate(current)
         base = None if current.continuation is None else progress
@@ -167,15 +173,17 @@ async def migrating(
                 yield delta
             return
         except EngineDeadError as err:
-            if poison_deaths is not None and attempt + 1 >= poison_deaths:
+            # a replica that was already dead when the request reached it did not die of it
+            deaths += not isinstance(err, EngineGoneError)
+            if poison_deaths is not None and deaths >= poison_deaths:
                 log.error(
                     "request %s: %d replicas died under it; failed as a poison request",
                     request.request_id,
-                    attempt + 1,
+                    deaths,
                 )
                 if on_poison is not None:
                     on_poison()
-                raise PoisonRequestError(attempt + 1) from err
+                raise PoisonRequestError(deaths) from err
             if attempt >= max_migrations or not _can_continue(request, progress):
                 raise
             if _budget_spent(request, progress):

@@ -28,6 +28,7 @@ from agentserve.engine.protocol import (
     Delta,
     Engine,
     EngineDeadError,
+    EngineGoneError,
     EngineRequest,
     EngineStats,
     EngineUnavailableError,
@@ -80,6 +81,8 @@ class ModelReplica:
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
         """Stream the engine's deltas (a Serve streaming method: call with stream=True)."""
+        if getattr(self, "_exiting", False):  # routed here while the replica goes down
+            raise EngineGoneError(f"the engine of {self.model.name} died before this request")
         stream = traced_stream(  # spans: queue wait, replica, prefill, decode
             self.tracer,
             request,

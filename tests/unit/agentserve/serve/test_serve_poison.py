@@ -44,6 +44,33 @@ def test_second_death_fails_the_request_as_poison_and_spares_the_third_replica()
     assert len(c.requests) == 0, "no third replica is sacrificed"
 
 
+def test_reaching_an_already_dead_replica_is_not_a_death_of_the_request():
+    """A request whose replica died under it, then routed to a replica that was already
+    going down (EngineGoneError: it ran nothing there), continues on a third: one death."""
+    from agentserve.engine.protocol import EngineGoneError
+
+    a, c = _engines(2)
+    a.inject("crash", after_tokens=2)
+
+    async def gone(request):
+        raise EngineGoneError("the engine died before this request")
+        yield  # an async generator, as a replica's stream is
+
+    replicas = iter([a.generate, gone, c.generate])
+    poisoned: list[bool] = []
+    stream = migrating(
+        lambda r: next(replicas)(r), _chat(max_tokens=8), 3, on_poison=lambda: poisoned.append(1)
+    )
+
+    async def run():
+        return [d async for d in stream]
+
+    deltas = asyncio.run(run())
+    assert deltas and deltas[-1].finish_reason is not None
+    assert poisoned == [], "arriving at a dead replica is not the request's fault"
+    assert len(c.requests) == 1
+
+
 def _client(*engines) -> TestClient:
     spec = DeploymentSpec.model_validate(
         {"models": [{"name": "m", "engine": "fake", "max_model_len": 256}]}
