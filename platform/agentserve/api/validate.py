@@ -239,9 +239,12 @@ class SchemaCache:
 def all_cached(data: dict[str, Any], cache: SchemaCache) -> bool:
     """Whether every tool and response_format schema of `data` has a result in `cache`
     (then checking them costs a hash each: cheap enough for the event loop)."""
+    tools = data.get("tools") or []
+    if not isinstance(tools, list):
+        return False  # malformed: the full validation answers it with a 400
     schemas = [
         tool["function"].get("parameters")
-        for tool in data.get("tools") or []
+        for tool in tools
         if isinstance(tool, dict) and isinstance(tool.get("function"), dict)
     ]
     response_format = data.get("response_format")

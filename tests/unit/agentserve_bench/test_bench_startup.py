@@ -94,3 +94,16 @@ def test_startup_section_lists_every_start_with_its_served_figures_and_the_choic
     assert "| amx | eager | first_start | 50 | 3.0 | - | - | 70.0 |" in text
     assert "| 19.5 | 120.0 |" in text  # served figures beside the first start
     assert "-> **eager**" in text
+
+
+def test_bench_startup_report_only_through_the_cli(tmp_path):
+    """`agentserve bench startup --report-only` rewrites the docs section from the rows."""
+    import shutil
+
+    from agentserve.cli import main
+
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(DOCS / "benchmarks" / "startup.json", tmp_path / "benchmarks" / "startup.json")
+    assert main(["bench", "startup", "--report-only", "--docs", str(tmp_path)]) == 0
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "<!-- startup:begin -->" in text and "| compiled | restart |" in text

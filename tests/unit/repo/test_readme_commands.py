@@ -17,6 +17,9 @@ real model, pip):
                          engines faked); the vLLM runs themselves only as measured in docs
   bench speculative-served   tests/integration/test_bench_served_ray.py (Ray, fake engine);
                          the vLLM runs themselves only as measured in docs
+  bench startup          tests/unit/agentserve_bench/test_bench_startup.py (phases, the
+                         rule, --report-only through the CLI); the engine starts only as
+                         measured in docs
   bench sampling|overhead|autoscale   tests/unit/agentserve_bench/ (fake engines),
                          tests/integration/test_bench_overhead_ray.py (Ray)
   python -m tests.reliability.run   tests/unit/reliability/test_reliability_run.py (--list,
@@ -51,6 +54,7 @@ RUN_BY = {
     "train-drafter": "tests/integration/test_train_drafter_real.py",
     "bench speculative": "tests/unit/agentserve_bench/test_bench_speculative.py",
     "bench speculative-served": "tests/integration/test_bench_served_ray.py",
+    "bench startup": "tests/unit/agentserve_bench/test_bench_startup.py",
     "bench sampling": "tests/unit/agentserve_bench/test_bench_sampling_check.py",
     "bench overhead": "tests/unit/agentserve_bench/test_bench_overhead.py",
     "bench autoscale": "tests/unit/agentserve_bench/test_bench_autoscale.py",
