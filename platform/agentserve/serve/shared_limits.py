@@ -250,15 +250,17 @@ class SharedQuota:
                 return self._hold(str(value), tenant, mirror)
         return self._hold(self._new_id(), tenant, self._admit_alone(tenant, reserve_tokens, count))
 
-    async def drain(self) -> None:
+    async def drain(self, timeout_s: float = 10.0) -> None:
         """Wait until the admissions submitted so far were sent and the finishes pending
-        now went out in one sync attempt (before this process's loop ends)."""
+        now were synced: retried (a loaded keeper may time a sync out) for up to
+        `timeout_s` (before this process's loop ends; benchmarks and tests)."""
         await self.admits.drain()
-        if self.pending:
+        deadline = time.monotonic() + timeout_s
+        while self.pending and time.monotonic() < deadline:
             tried = self._attempts
             self._start_syncing()
             self._wake.set()
-            while self._attempts == tried:
+            while self._attempts == tried and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
 
     def _new_id(self) -> str:
