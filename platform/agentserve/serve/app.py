@@ -25,6 +25,7 @@ from agentserve.engine.protocol import (
     Delta,
     EngineDeadError,
     EngineError,
+    EngineGoneError,
     EngineRequest,
     EngineStats,
     EngineUnavailableError,
@@ -79,20 +80,21 @@ class HandleBackend:
         self._refresh: asyncio.Future | None = None  # the status call in flight
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
-        responses, finished = None, False
+        responses, finished, received = None, False, False
         try:  # remote() itself raises BackPressureError when the handle's queue is full
             responses = self.handle.options(stream=True).generate_batches.remote(request)
             async for batch in responses:  # a replica sends what it has, merged
+                received = True
                 for delta in batch:
                     yield delta
             finished = True
         except (BackPressureError, DeploymentUnavailableError) as err:
             raise EngineUnavailableError(str(err)) from None
         except RayActorError as err:
-            raise _replica_died(self.handle, err) from None
+            raise _replica_died(self.handle, err, received) from None
         except RayTaskError as err:
             if isinstance(getattr(err, "cause", None), RayActorError):
-                raise _replica_died(self.handle, err.cause) from None
+                raise _replica_died(self.handle, err.cause, received) from None
             raise _engine_cause(err) from None
         finally:
             if not finished and responses is not None:
@@ -150,9 +152,15 @@ def _engine_cause(err: RayTaskError) -> Exception:
     return cause if isinstance(cause, EngineError) else err
 
 
-def _replica_died(handle: DeploymentHandle, err: RayActorError) -> EngineDeadError:
-    """EngineDeadError for a dead replica actor; Ray's details (pid, ip) only in the log."""
+def _replica_died(
+    handle: DeploymentHandle, err: RayActorError, received: bool = True
+) -> EngineDeadError:
+    """EngineDeadError for a dead replica actor; Ray's details (pid, ip) only in the log.
+    An actor that was gone before it sent anything (a request routed to a replica that had
+    just exited): EngineGoneError, not a death of this request (serve/poison.py)."""
     log.warning("a replica of %s died mid-request: %s", handle.deployment_name, err)
+    if not received:
+        return EngineGoneError(f"a replica of {handle.deployment_name} was gone")
     return EngineDeadError(f"a replica of {handle.deployment_name} died during the request")
 
 
