@@ -23,7 +23,7 @@ from opentelemetry.trace import Span
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import ModelNotFoundError, OverloadedError, RateLimitError
 from agentserve.api.quota import Lease
-from agentserve.engine.protocol import Delta
+from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.spec import DeploymentSpec, ModelSpec
 
 __all__ = ["AdmittedCall", "QueueShares", "estimate_prompt_tokens", "model_capacity"]
@@ -47,30 +47,18 @@ def ingress_replicas(spec: DeploymentSpec) -> int:
 
 
 @dataclass
-class AdmittedCall:
-    """One admitted request's timing and token bookkeeping; `close` runs exactly once."""
+class AdmittedCall(DeltaTracker):
+    """One admitted request's bookkeeping: its stream so far (DeltaTracker, fed each delta
+    with the ingress clock), its lease and places; `close` runs exactly once."""
 
     model: str
     tenant: str
     start: float
     lease: Lease
-    first: float | None = None
-    last: float | None = None
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    finish_reason: str | None = None
     span: Span | None = None
     closed: bool = field(default=False)
     count: int = 1  # places it holds in the model's queue: its choices (n)
     sent: int = 0  # slots it holds toward the model's replicas (serve/priority.py)
-
-    def see(self, delta: Delta, now: float) -> None:
-        if self.first is None and delta.visible:
-            self.first = now
-        self.last = now
-        self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
-        self.output_tokens = max(self.output_tokens, delta.completion_tokens)
-        self.finish_reason = delta.finish_reason or self.finish_reason
 
 
 class QueueShares:

@@ -142,14 +142,14 @@ class _Ingress:
             self.dispatch.release(call.model, call.sent)
             call.sent = 0
         self.metrics.in_flight.labels(call.model).dec()
-        call.lease.finish(call.prompt_tokens + call.output_tokens)
+        call.lease.finish(call.prompt_tokens + call.completion_tokens)
         self.metrics.observe_request(
             call.model,
             call.tenant,
-            ttft_s=None if call.first is None else call.first - call.start,
-            decode_s=None if call.first is None else call.last - call.first,
+            ttft_s=call.ttft(call.start),
+            decode_s=call.decode_time(),
             prompt_tokens=call.prompt_tokens,
-            output_tokens=call.output_tokens,
+            output_tokens=call.completion_tokens,
             status=status,
         )
         if call.span is not None:
@@ -158,16 +158,14 @@ class _Ingress:
                 status,
                 model=call.model,
                 tenant=call.tenant,
-                ttft_s=None if call.first is None else call.first - call.start,
+                ttft_s=call.ttft(call.start),
                 prompt_tokens=call.prompt_tokens,
-                output_tokens=call.output_tokens,
+                output_tokens=call.completion_tokens,
                 finish_reason=call.finish_reason,
             )
 
     def see(self, call: AdmittedCall, delta: Delta) -> None:
-        had_first = call.first is not None
-        call.see(delta, self.clock())
-        if not had_first and call.first is not None:
+        if call.see(delta, self.clock()):  # its first output: no longer queued
             self.metrics.queued.labels(call.model).dec()
 
     # -- generation --------------------------------------------------------------------
@@ -309,7 +307,7 @@ class _Ingress:
                 self.see(call, delta)
                 if frame := frames.delta(delta):
                     yield frame
-            yield frames.end(call.prompt_tokens, call.output_tokens)
+            yield frames.end(call.prompt_tokens, call.completion_tokens)
         except EngineError as err:  # after the 200 header: report in-band, OpenAI style
             status = getattr(err, "status", 503 if isinstance(err, EngineUnavailableError) else 500)
             yield frames.error(error_body(err))

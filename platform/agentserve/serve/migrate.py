@@ -38,6 +38,7 @@ from agentserve.engine.protocol import (
     EngineGoneError,
     EngineRequest,
 )
+from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.serve.poison import POISON_DEATHS, PoisonRequestError
 
 __all__ = ["DEFAULT_MAX_MIGRATIONS", "Progress", "continuation_request", "migrating"]
@@ -50,16 +51,14 @@ Generate = Callable[[EngineRequest], AsyncIterator[Delta]]
 
 
 @dataclass
-class Progress:
-    """What one request has passed on so far (fed each delivered delta, in order)."""
+class Progress(DeltaTracker):
+    """What one request has passed on so far (fed each delivered delta, in order, untimed):
+    its counts (DeltaTracker), and the text and token ids a continuation starts from."""
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     text: str = ""
     token_ids: list[int] | None = field(default_factory=list)  # None: some delta had none
     prompt_token_ids: tuple[int, ...] = ()
     shaped: bool = False  # tool calls or reasoning were passed on
-    finish_reason: str | None = None
 
     @property
     def delivered(self) -> bool:
@@ -72,14 +71,11 @@ class Progress:
     def record(self, delta: Delta) -> None:
         if delta.prompt_token_ids and not self.prompt_token_ids:
             self.prompt_token_ids = tuple(delta.prompt_token_ids)
-        self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
-        new_tokens = delta.completion_tokens - self.completion_tokens
-        self.completion_tokens = max(self.completion_tokens, delta.completion_tokens)
+        new_tokens = self.tally(delta)
         self.text += delta.text
         self.shaped = self.shaped or bool(delta.tool_calls or delta.reasoning)
-        self.finish_reason = delta.finish_reason or self.finish_reason
         if self.token_ids is not None:
-            if delta.token_ids or new_tokens <= 0:
+            if delta.token_ids or not new_tokens:
                 self.token_ids.extend(delta.token_ids)
             else:  # output without ids: continue from text from now on
                 self.token_ids = None

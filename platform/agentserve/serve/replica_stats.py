@@ -29,6 +29,7 @@ from agentserve.autoscale.latency_stat import LatencyWindow, tpot_ms
 from agentserve.autoscale.ray_policy import encode_replica_stats
 from agentserve.engine.protocol import Delta, EngineStats
 from agentserve.engine.spec_by_batch import BatchCounts, acceptance_by_bucket, counts_delta
+from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.serve.spans import SENT_AT_HEADER
 
 __all__ = ["ACCEPTED_AT_HEADER", "TENANT_HEADER", "ReplicaStats"]
@@ -39,13 +40,11 @@ ANONYMOUS = "anonymous"
 
 
 @dataclass
-class _Open:
+class _Open(DeltaTracker):
+    """An open request: its tenant, when the ingress sent it, its stream so far."""
+
     tenant: str
     accepted_s: float
-    first_s: float | None = None
-    last_s: float | None = None
-    prompt_tokens: int = 0
-    output_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,21 +86,18 @@ class ReplicaStats:
         call = self._open.get(request_id)
         if call is None:
             return
-        now = self.clock()
-        if call.first_s is None and delta.visible:
-            call.first_s = now
-        call.last_s = now
-        call.prompt_tokens = max(call.prompt_tokens, delta.prompt_tokens)
-        call.output_tokens = max(call.output_tokens, delta.completion_tokens)
+        call.see(delta, self.clock())
 
     def end(self, request_id: str) -> None:
         """Close a request (finished, failed or cancelled); idempotent."""
         call = self._open.pop(request_id, None)
         if call is None:
             return
-        ttft = None if call.first_s is None else (call.first_s - call.accepted_s) * 1000.0
-        tpot = tpot_ms(call.first_s, call.last_s, call.output_tokens)
-        done = _Done(self.clock(), call.tenant, ttft, tpot, call.prompt_tokens, call.output_tokens)
+        ttft = call.ttft(call.accepted_s)
+        ttft_ms = None if ttft is None else ttft * 1000.0
+        tokens = call.completion_tokens
+        tpot = tpot_ms(call.first, call.last, tokens)
+        done = _Done(self.clock(), call.tenant, ttft_ms, tpot, call.prompt_tokens, tokens)
         self._done.append(done)
 
     def _trim(self, now: float) -> None:
@@ -131,7 +127,7 @@ class ReplicaStats:
                 tpot.append(d.tpot_ms)
         for call in self._open.values():
             ttft, _, _ = slot(call.tenant)
-            if call.first_s is None:
+            if call.first is None:
                 ttft.append((now - call.accepted_s) * 1000.0)
         return out
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -23,6 +22,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from agentserve import tracing as t
 from agentserve.engine.protocol import Delta, EngineRequest, aclose_stream
+from agentserve.serve.delta_tracker import DeltaTracker
 
 if TYPE_CHECKING:
     from agentserve.spec import ModelSpec
@@ -90,29 +90,6 @@ def end_ingress(
     span.end()
 
 
-@dataclass
-class _Progress:
-    """Token bookkeeping of one stream as seen by the replica."""
-
-    steps: int = 0
-    tokens: int = 0
-    prompt_tokens: int = 0
-    first_ns: int | None = None
-    finish_reason: str | None = None
-
-    def see(self, delta: Delta, now_ns: int) -> bool:
-        """Count `delta`; True when it is the first one carrying output."""
-        first = self.first_ns is None and delta.visible
-        if first:
-            self.first_ns = now_ns
-        if delta.completion_tokens > self.tokens:
-            self.steps += 1
-            self.tokens = delta.completion_tokens
-        self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
-        self.finish_reason = delta.finish_reason or self.finish_reason
-        return first
-
-
 def speculative_tokens(engine: object, model: ModelSpec | None = None) -> int:
     """Tokens drafted per step by `engine` serving `model` (a ModelSpec; default the
     engine's own `spec`, as VLLMEngine keeps it): the drafter's `num_speculative_tokens`
@@ -154,12 +131,12 @@ async def traced_stream(
     replica = tracer.start_span("replica", context=parent, start_time=start_ns)
     if replica.is_recording():
         replica.set_attribute(t.REQUEST_ID, request.request_id)
-    progress = _Progress()
+    progress = DeltaTracker()  # times in ns
     try:
         async for delta in stream:
             if progress.see(delta, time.time_ns()) and replica.is_recording():
                 inside = trace.set_span_in_context(replica)
-                _span(tracer, "prefill", inside, start_ns, progress.first_ns, model)
+                _span(tracer, "prefill", inside, start_ns, int(progress.first), model)
             yield delta
     except BaseException as err:
         if replica.is_recording():
@@ -173,24 +150,19 @@ async def traced_stream(
 
 
 def _end_replica(
-    tracer: Tracer, replica: Span, progress: _Progress, model: str, num_speculative_tokens: int
+    tracer: Tracer, replica: Span, progress: DeltaTracker, model: str, num_speculative_tokens: int
 ) -> None:
     """End the decode child (first token -> now) and the replica span with token figures."""
     end_ns = time.time_ns()
-    if progress.first_ns is not None:
+    tokens, steps = progress.completion_tokens, progress.steps
+    if progress.first is not None:
         inside = trace.set_span_in_context(replica)
-        decode = _span(tracer, "decode", inside, progress.first_ns, None, model)
-        decode.set_attributes(
-            speculation_attributes(progress.steps, progress.tokens, num_speculative_tokens)
-        )
-        decode.set_attribute(t.OUTPUT_TOKENS, progress.tokens)
+        decode = _span(tracer, "decode", inside, int(progress.first), None, model)
+        decode.set_attributes(speculation_attributes(steps, tokens, num_speculative_tokens))
+        decode.set_attribute(t.OUTPUT_TOKENS, tokens)
         decode.end(end_time=end_ns)
     replica.set_attributes(
-        {
-            t.REQUEST_MODEL: model,
-            t.INPUT_TOKENS: progress.prompt_tokens,
-            t.OUTPUT_TOKENS: progress.tokens,
-        }
+        {t.REQUEST_MODEL: model, t.INPUT_TOKENS: progress.prompt_tokens, t.OUTPUT_TOKENS: tokens}
     )
     if progress.finish_reason:
         replica.set_attribute(t.FINISH_REASONS, [progress.finish_reason])
