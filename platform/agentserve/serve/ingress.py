@@ -53,6 +53,7 @@ from agentserve.serve.admission import (
 )
 from agentserve.serve.admit_first import parse_and_admit
 from agentserve.serve.backend import ModelBackend
+from agentserve.serve.engine_request import engine_headers, engine_request
 from agentserve.serve.fanout import fan_out
 from agentserve.serve.health import HealthCache, UnauthenticatedLimit
 from agentserve.serve.host_guard import OpenModeGuard, trusted_hosts
@@ -69,7 +70,7 @@ from agentserve.spec import DeploymentSpec, TenantSpec
 __all__ = ["SESSION_HEADER", "create_app"]
 
 log = logging.getLogger(__name__)
-SESSION_HEADER = "x-session-id"
+SESSION_HEADER = spans.SESSION_HEADER
 STATS_TIMEOUT_S = 2.0
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 COLD_START_RETRY_AFTER_S = 10.0
@@ -193,7 +194,7 @@ class _Ingress:
             cap = buffer_cap(kind, body, self.max_model_len.get(body.model))  # 400 if huge
             engine_request = self._engine_request(kind, body, request, tenant, span)
             ready = await self.backends[body.model].ready_replicas()
-            await self.dispatch.send(body.model, tenant, body, call.count, ready)
+            await self.dispatch.send(body.model, tenant, call.count, ready)
             call.sent = call.count  # released in close()
             stream = fan_out(  # n > 1: one engine request per choice, merged
                 engine_request,
@@ -325,13 +326,14 @@ class _Ingress:
     def _engine_request(
         self, kind: RequestKind, body, request: Request, tenant: Tenant, span: Span
     ) -> EngineRequest:
-        headers = spans.trace_headers(span, request.headers)
-        for name in (SESSION_HEADER, "x-request-id"):
-            if name in request.headers:
-                headers[name] = request.headers[name]
-        headers["x-agentserve-tenant"] = tenant.name
-        body.cache_salt = self.salter.salt(tenant.name, body.cache_salt)  # no shared prefixes
-        return EngineRequest(uuid.uuid4().hex, kind, body, headers)
+        """`body` (left as parsed) with this ingress's decisions (serve/engine_request.py)."""
+        headers = engine_headers(span, request.headers, tenant.name)
+        priority = self.dispatch.priority(body.model, tenant)  # serve/priority.py
+        salt = self.salter.salt(tenant.name, body.cache_salt)  # no shared prefixes
+        return engine_request(
+            kind, body, request_id=uuid.uuid4().hex, headers=headers, priority=priority,
+            cache_salt=salt,
+        )  # fmt: skip
 
     # -- other endpoints ---------------------------------------------------------------
     def models(self, request: Request) -> dict:

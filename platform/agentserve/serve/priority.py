@@ -25,7 +25,8 @@ No ready replica (0 or unknown): no limit here. Requests go on to Serve's router
 waiting requests trigger the scale-up from zero, and the ingress's cold-start hold applies.
 
 Engine priority: with models[].priority_scheduling (default on) the engine runs vLLM's
-"priority" policy and each forwarded body carries `priority` = engine_priority(tenant):
+"priority" policy and each forwarded body carries `priority` = engine_priority(tenant)
+(Dispatcher.priority; set on the engine request's copy, serve/engine_request.py):
 INTERACTIVE_PRIORITY for every class but batch, BATCH_PRIORITY for batch (lower = sooner).
 vLLM orders its waiting queue by (priority, arrival) and, when the KV cache runs out,
 preempts the running request with the largest (priority, arrival): batch decoding first.
@@ -47,7 +48,6 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import RateLimitError
@@ -206,14 +206,15 @@ class Dispatcher:
         self.by_priority = {n: specs[n].priority_scheduling for n in names if n in specs}
         self.by_arrival = {n for n in names if n in specs and specs[n].dispatch_order == "arrival"}
 
-    async def send(
-        self, model: str, tenant: Tenant, body: Any, count: int, ready: int | None
-    ) -> None:
+    def priority(self, model: str, tenant: Tenant) -> int | None:
+        """The engine priority of `tenant`'s requests to `model` (engine_priority); None
+        when the model's engine does not schedule by priority (the body keeps its own)."""
+        return engine_priority(tenant) if self.by_priority.get(model) else None
+
+    async def send(self, model: str, tenant: Tenant, count: int, ready: int | None) -> None:
         """Wait for `count` slots toward the model's `ready` replicas (see the module
-        docstring); sets `body.priority` when the model's engine schedules by priority.
-        DeadlineExceededError (429) for a batch request whose deadline passed first."""
-        if self.by_priority.get(model):
-            body.priority = engine_priority(tenant)
+        docstring). DeadlineExceededError (429) for a batch request whose deadline passed
+        first."""
         queue = self.queues[model]
         per = self.per_replica.get(model)
         queue.set_slots(ready * per if ready and per else None)

@@ -30,12 +30,11 @@ from agentserve.autoscale.ray_policy import encode_replica_stats
 from agentserve.engine.protocol import Delta, EngineStats
 from agentserve.engine.spec_by_batch import BatchCounts, acceptance_by_bucket, counts_delta
 from agentserve.serve.delta_tracker import DeltaTracker
-from agentserve.serve.spans import SENT_AT_HEADER
+from agentserve.serve.spans import SENT_AT_HEADER, TENANT_HEADER
 
 __all__ = ["ACCEPTED_AT_HEADER", "TENANT_HEADER", "ReplicaStats"]
 
 ACCEPTED_AT_HEADER = SENT_AT_HEADER
-TENANT_HEADER = "x-agentserve-tenant"
 ANONYMOUS = "anonymous"
 
 

@@ -31,6 +31,7 @@ __all__ = ["SENT_AT_HEADER", "end_ingress", "start_ingress", "trace_headers", "t
 
 SENT_AT_HEADER = "x-agentserve-sent-at-ns"
 SESSION_HEADER = "x-session-id"
+TENANT_HEADER = "x-agentserve-tenant"  # the tenant the ingress resolved, for the replica
 
 
 def start_ingress(tracer: Tracer, kind: str, headers: Mapping[str, str]) -> Span:
