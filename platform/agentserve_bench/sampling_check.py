@@ -183,9 +183,11 @@ def _sampling_worker(
     max_tokens: int,
     seed_base: int = 0,
     engine_overrides: dict[str, Any] | None = None,
+    replayed: int = 4,
 ) -> dict[str, Any]:
     """One engine: `samples` seeded continuations per prompt at each temperature, then
-    the first 4 seeded requests twice more (reproducibility). Runs in a fresh process.
+    the first `replayed` seeded requests twice more (reproducibility). Runs in a fresh
+    process.
 
     Seeds start at `seed_base`: each method gets its own, so its samples are independent
     of plain sampling's (same seeds would give the same first token, which hides nothing
@@ -225,7 +227,7 @@ def _sampling_worker(
             replays = [
                 [
                     llm.generate([i], [p], use_tqdm=False)[0]
-                    for i, p in zip(inputs[:4], params[:4], strict=True)
+                    for i, p in zip(inputs[:replayed], params[:replayed], strict=True)
                 ]
                 for _ in range(2)
             ]
@@ -253,10 +255,12 @@ def sampling_runs(
     samples: int,
     max_tokens: int,
     engine_overrides: dict[str, Any] | None = None,
+    replayed: int = 4,
 ) -> dict[str, dict[str, Any]]:
     """{method: {setting label: worker result}}, one spawned engine process per method.
 
-    `engine_overrides`: more vllm.LLM arguments, e.g. `{"enforce_eager": True}`."""
+    `engine_overrides`: more vllm.LLM arguments, e.g. `{"enforce_eager": True}`;
+    `replayed`: how many seeded requests are replayed (alone, twice) per setting."""
     results = {}
     for index, (name, config) in enumerate(methods.items()):
         started = time.perf_counter()
@@ -271,6 +275,7 @@ def sampling_runs(
                 max_tokens,
                 seed_base=1_000_000 * index,
                 engine_overrides=engine_overrides,
+                replayed=replayed,
             ).result()
         print(f"  sampled {name}: {time.perf_counter() - started:.0f} s", flush=True)
     return results
