@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.drafters import shipped_drafter
-from agentserve.engine.fake import FakeEngineFactory
 from agentserve.engine.vllm_args import speculative_config
 from agentserve.model_sources import resolve_model
 from agentserve.serve.replica import default_engine_factory
@@ -36,6 +35,7 @@ from agentserve.spec_defaults import with_default_drafters
 from agentserve.spec_overrides import with_overrides
 
 from agentserve_bench.arg_types import ints
+from agentserve_bench.fake_engine import FakeEngineFactory
 from agentserve_bench.overhead_phases import (
     Plan,
     PlatformRunner,

@@ -183,7 +183,7 @@ def _engine_factory(engine: str, method: str) -> Any:
     """The replica's engine: vLLM, or the fake (pipeline tests: a method other than none
     emits two tokens per step, so the pipeline's ratios and rule have something to see)."""
     if engine == "fake":
-        from agentserve.engine.fake import FakeEngineFactory
+        from agentserve_bench.fake_engine import FakeEngineFactory
 
         return FakeEngineFactory(token_delay_s=0.01, accept_per_step=1 if method == "none" else 2)
     from agentserve.serve.replica import default_engine_factory

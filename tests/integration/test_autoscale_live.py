@@ -16,9 +16,9 @@ import time
 import httpx
 import pytest
 from agentserve.autoscale.ray_policy import POLICY_PATH
-from agentserve.engine.fake import FakeEngineFactory
 from agentserve.serve.app import build_app, deployment_name, deployment_options
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngineFactory
 
 PORT = 8767
 SPEC = DeploymentSpec.model_validate(

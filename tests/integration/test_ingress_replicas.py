@@ -9,9 +9,9 @@ import threading
 
 import httpx
 import pytest
-from agentserve.engine.fake import FakeEngineFactory
 from agentserve.serve.names import INGRESS_NAME, QUOTA_NAME
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngineFactory
 
 from tests.reliability import serve_harness as h
 

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from agentserve.engine.fake import FakeEngineFactory
+from agentserve_bench.fake_engine import FakeEngineFactory
 
 from tests.reliability import serve_harness as h
 from tests.reliability.scenario import Outcome, scenario

@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 
 from tests.reliability.scenario import Outcome, scenario
 

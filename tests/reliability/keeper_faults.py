@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.api.quota_book import RENEW_S
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 
 from tests.reliability.keeper_proc import KeeperHandle
 from tests.reliability.scenario import Outcome, scenario

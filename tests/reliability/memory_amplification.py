@@ -12,10 +12,10 @@ import asyncio
 import tracemalloc
 from typing import Any
 
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve import response_budget
 from agentserve.serve.backend import LocalBackend
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 
 from tests.reliability.scenario import Outcome, scenario
 from tests.reliability.tenants import serve_in_thread

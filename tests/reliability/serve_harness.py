@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentserve.engine.fake import FakeEngine
 from agentserve.engine.protocol import EngineRequest
 from agentserve.serve.replica import ModelReplica
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 
 __all__ = ["Result", "deployed", "expected", "local_serve", "replica_names", "send_all"]
 

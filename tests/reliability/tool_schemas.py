@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 
 from tests.reliability.scenario import Outcome, scenario
 from tests.reliability.tenants import serve_in_thread

@@ -1,1 +1,2 @@
-"""Serving engines: vLLM (production, CPU and GPU builds) and a fake for unit tests."""
+"""Serving engines: vLLM (production, CPU and GPU builds) and the registry of engine names
+(registry.py); the fake for tests lives in agentserve_bench.fake_engine."""

@@ -1,4 +1,5 @@
-"""Engine protocol: what a model replica needs from a serving engine (vLLM or the fake).
+"""Engine protocol: what a model replica needs from a serving engine (vLLM, or the fake of
+agentserve_bench.fake_engine in tests).
 
 An engine takes one validated OpenAI request (vLLM's protocol models) and yields typed
 deltas; the API layer turns deltas into OpenAI JSON or SSE. Token counts ride on every

@@ -93,6 +93,16 @@ class VLLMEngine:
         self._progress = StepProgress()  # ... and marks each step (a hung engine has none)
         self._watch_steps = False
 
+    @classmethod
+    def from_model(cls, model: ModelSpec) -> VLLMEngine:
+        """The engine a spec's `engine: vllm` builds (agentserve.engine.registry)."""
+        return cls(model)
+
+    @classmethod
+    def expected_start_s(cls, model: ModelSpec) -> float:
+        """Replica start: vLLM on CPU compiles for 80-140 s, on GPU about a minute."""
+        return 120.0 if model.replicas.num_gpus == 0 else 60.0
+
     async def start(self) -> None:
         """Load the model and start AsyncLLM (minutes on CPU: torch.compile warm-up)."""
         check_vllm_paths()  # an unsupported vLLM release: one clear error, not an ImportError

@@ -30,6 +30,7 @@ from agentserve.engine.protocol import (
     EngineStats,
     EngineUnavailableError,
 )
+from agentserve.engine.registry import engine_class
 from agentserve.placement import replica_placement
 from agentserve.serve.admission import ingress_replicas, model_capacity
 from agentserve.serve.names import INGRESS_NAME, QUOTA_NAME, deployment_name
@@ -263,11 +264,9 @@ def deployment_options(
 
 
 def expected_start_s(model: ModelSpec) -> float:
-    """Expected replica start (the policy's warming credit): vLLM on CPU compiles for
-    80-140 s, on GPU about a minute; the fake engine starts at once."""
-    if model.engine == "fake":
-        return 5.0
-    return 120.0 if model.replicas.num_gpus == 0 else 60.0
+    """Expected replica start (the policy's warming credit), as the engine registered for
+    model.engine declares it (e.g. vLLM on CPU compiles for 80-140 s)."""
+    return engine_class(model.engine).expected_start_s(model)
 
 
 def build_app(

@@ -23,7 +23,6 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 
-from agentserve.engine.fake import FakeEngine
 from agentserve.engine.protocol import (
     Delta,
     Engine,
@@ -34,7 +33,7 @@ from agentserve.engine.protocol import (
     EngineUnavailableError,
     aclose_stream,
 )
-from agentserve.engine.vllm_engine import VLLMEngine
+from agentserve.engine.registry import engine_class
 from agentserve.serve.coalesce import coalesced
 from agentserve.serve.replica_stats import ReplicaStats
 from agentserve.serve.spans import speculative_tokens, traced_stream
@@ -53,10 +52,9 @@ HEALTH_TIMEOUT_FRACTION = 0.8  # of health_check_timeout_s: answer before Serve 
 
 
 def default_engine_factory(model: ModelSpec) -> Engine:
-    """VLLMEngine for engine "vllm"; the FakeEngine for "fake" (tests only)."""
-    if model.engine == "fake":
-        return FakeEngine(model.name, model.max_model_len)
-    return VLLMEngine(model)
+    """The engine registered as model.engine (agentserve.engine.registry), imported here,
+    on the replica: only the engine a spec names is ever imported."""
+    return engine_class(model.engine).from_model(model)
 
 
 class ModelReplica:

@@ -24,7 +24,6 @@ from typing import Any
 
 import httpx
 from agentserve.autoscale.latency_stat import tpot_ms
-from agentserve.engine.fake import FakeEngineFactory
 from agentserve.serve.names import deployment_name
 from agentserve.spec import DeploymentSpec, hash_api_key
 
@@ -39,6 +38,7 @@ from agentserve_bench.autoscale.live_trace import (
     scaled_up_and_down,
 )
 from agentserve_bench.autoscale.trace import Session
+from agentserve_bench.fake_engine import FakeEngineFactory
 from agentserve_bench.overhead_requests import chat_body
 
 __all__ = ["PRESETS", "LiveConfig", "live_spec", "run_live"]

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 from agentserve import tracing as t
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.serve.spans import speculation_attributes, speculative_tokens
 from agentserve.spec import DeploymentSpec, ModelSpec, TracingSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

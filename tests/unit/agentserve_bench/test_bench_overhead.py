@@ -11,7 +11,7 @@ import time
 
 import pytest
 from agentserve.cli import build_parser
-from agentserve.engine.fake import FakeEngine
+from agentserve_bench.fake_engine import FakeEngine
 from agentserve_bench.overhead import (
     Plan,
     RequestTiming,

@@ -8,9 +8,9 @@ import json
 
 import pytest
 from agentserve.cli import build_parser
-from agentserve.engine.fake import FakeEngine
 from agentserve.spec import ModelSpec
 from agentserve_bench import overhead, rayllm_env
+from agentserve_bench.fake_engine import FakeEngine
 from agentserve_bench.overhead_peers import peer_engine_args, serve_args
 from agentserve_bench.overhead_phases import _run_levels
 from agentserve_bench.overhead_rayllm import builder_config

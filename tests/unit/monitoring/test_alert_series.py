@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.serve.metrics import ModelLimits, model_limits
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 

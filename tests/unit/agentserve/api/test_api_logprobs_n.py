@@ -8,10 +8,10 @@ import asyncio
 import httpx2
 import openai
 import pytest
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 
 KEY = "sk-test"
 MSG = [{"role": "user", "content": "hi you there"}]

@@ -11,10 +11,10 @@ import openai
 import pytest
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.responses import ResponsesRequest
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 
 KEY = "sk-test"
 TOOL = {

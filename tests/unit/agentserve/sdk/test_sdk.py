@@ -11,11 +11,11 @@ import httpx2
 import pytest
 from agentserve import sdk
 from agentserve import tracing as t
-from agentserve.engine.fake import FakeEngine
 from agentserve.sdk.otel import format_tree
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, TracingSpec
+from agentserve_bench.fake_engine import FakeEngine
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 agents = pytest.importorskip("agents")

@@ -11,11 +11,11 @@ from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import OverloadedError, RateLimitError
 from agentserve.api.openai import parse_request
 from agentserve.api.quota import RateLimiter
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.admission import QueueShares, token_reservation
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import asgi_request
 
 KEYS = {"alpha": "sk-alpha-0123456789", "beta": "sk-beta-0123456789", "gamma": "sk-gamma-012345"}

@@ -15,10 +15,10 @@ from agentserve.api.cache_salt import (
     CacheSalter,
     salt_key,
 )
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import asgi_request
 
 KEYS = {"a": "sk-tenant-a-key", "b": "sk-tenant-b-key"}

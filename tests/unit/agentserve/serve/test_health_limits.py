@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.health import UNAUTH_BURST, HealthCache, UnauthenticatedLimit
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import asgi_request
 
 KEY = "sk-health-test-key"

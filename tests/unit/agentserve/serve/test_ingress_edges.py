@@ -9,11 +9,11 @@ import asyncio
 import logging
 
 import pytest
-from agentserve.engine.fake import FakeEngine
 from agentserve.engine.protocol import Delta
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import Call, asgi_request
 
 KEY = "sk-edges-test-key"

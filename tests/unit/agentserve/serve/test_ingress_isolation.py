@@ -11,11 +11,11 @@ import time
 
 import pytest
 from agentserve.api.errors import InvalidRequestError, OverloadedError
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.serve.parsing import RequestParser
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import Call, asgi_request
 
 URL = "/v1/chat/completions"

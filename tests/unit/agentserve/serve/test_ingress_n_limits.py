@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import Call, asgi_request
 
 URL, KEY = "/v1/chat/completions", "sk-tenant-n-0123"

@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("ray.serve")
 
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.app import Ingress, build_app, build_app_from_args
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, SpecError, hash_api_key
 from agentserve.tenant_config import app_args, ingress_user_config, tenants_from_user_config
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 from ray.serve._private.deploy_utils import get_app_code_version
 from ray.serve.schema import ServeApplicationSchema

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agentserve.engine.fake import FakeEngine
 from agentserve.engine.protocol import Delta
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
@@ -20,6 +19,7 @@ from agentserve.serve.response_budget import (
     worst_case_bytes,
 )
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import asgi_request
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest

@@ -11,11 +11,11 @@ import pytest
 from agentserve import tracing as t
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.openai import parse_request
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve import spans
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, TracingSpec
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 

@@ -16,10 +16,10 @@ from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import RateLimitError
 from agentserve.api.quota import RateLimiter
 from agentserve.cli.up import with_overrides
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, SpecError, hash_api_key, to_yaml
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

@@ -12,13 +12,13 @@ import httpx
 import pytest
 from agentserve.cli.status import fetch_report
 from agentserve.cli.up import admin_url
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve import admin
 from agentserve.serve.admin import AdminGate, is_loopback_client
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.serve.status import add_status_route
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 
 from tests.reliability.tenants import serve_in_thread

@@ -7,10 +7,10 @@ import asyncio
 
 import httpx
 import pytest
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 
 LOCAL = "http://localhost"  # open mode answers only trusted Host names
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agentserve.engine.fake import FakeEngine
 from agentserve.engine.protocol import Delta, EngineRequest, EngineRequestError
 from agentserve.serve.fanout import choice_requests, fan_out
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 from test_serve_migrate import Pool
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest

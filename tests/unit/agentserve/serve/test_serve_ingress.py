@@ -6,10 +6,10 @@ import asyncio
 import json
 
 import pytest
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 
 LOCAL = "http://localhost"  # open mode answers only trusted Host names

@@ -8,7 +8,6 @@ import itertools
 import json
 
 import pytest
-from agentserve.engine.fake import FakeEngine
 from agentserve.engine.protocol import (
     Continuation,
     Delta,
@@ -18,6 +17,7 @@ from agentserve.engine.protocol import (
 from agentserve.serve.ingress import create_app
 from agentserve.serve.migrate import Progress, continuation_request, migrating
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
@@ -301,8 +301,8 @@ def test_without_migrations_the_stream_ends_with_an_error_event():
 
 
 def test_a_replica_whose_engine_dies_exits_so_serve_replaces_it(monkeypatch):
-    from agentserve.engine.fake import FakeEngineFactory
     from agentserve.serve import replica as replica_module
+    from agentserve_bench.fake_engine import FakeEngineFactory
 
     exits: list[bool] = []
     monkeypatch.setattr(replica_module, "_kill_this_actor", lambda: exits.append(True))
@@ -324,9 +324,9 @@ def test_a_replica_whose_engine_dies_exits_so_serve_replaces_it(monkeypatch):
 
 
 def test_a_stuck_engine_fails_health_checks_in_time_and_the_watchdog_exits(monkeypatch):
-    from agentserve.engine.fake import FakeEngineFactory
     from agentserve.engine.protocol import EngineUnavailableError
     from agentserve.serve import replica as replica_module
+    from agentserve_bench.fake_engine import FakeEngineFactory
 
     exits: list[bool] = []
     monkeypatch.setattr(replica_module, "_kill_this_actor", lambda: exits.append(True))

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve.ingress import create_app
 from agentserve.serve.migrate import migrating
 from agentserve.serve.poison import PoisonList, PoisonRequestError
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 from test_serve_migrate import MSG, Pool, _chat, _engines
 

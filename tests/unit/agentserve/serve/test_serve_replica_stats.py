@@ -9,12 +9,12 @@ import pytest
 from agentserve.autoscale.latency_stat import bucket_of, bucket_upper_ms, pooled_tenant_latency
 from agentserve.autoscale.policy import TenantLatency
 from agentserve.autoscale.ray_policy import snapshot_from_context
-from agentserve.engine.fake import FakeEngine, FakeEngineFactory
 from agentserve.engine.protocol import Delta, EngineRequest, EngineStats
 from agentserve.engine.spec_by_batch import SpecByBatch, acceptance_by_bucket, batch_bucket
 from agentserve.serve.replica import ModelReplica
 from agentserve.serve.replica_stats import ACCEPTED_AT_HEADER, TENANT_HEADER, ReplicaStats
 from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine, FakeEngineFactory
 
 
 class Clock:

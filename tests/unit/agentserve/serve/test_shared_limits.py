@@ -11,12 +11,12 @@ import httpx
 import pytest
 from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import RateLimitError
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve import shared_limits
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.serve.shared_limits import KEEPER_RETRY_S, QuotaKeeper, SharedQuota
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 
 from tests.reliability.tenants import serve_in_thread
 

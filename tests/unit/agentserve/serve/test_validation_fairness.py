@@ -10,13 +10,13 @@ import json
 import threading
 import time
 
-from agentserve.engine.fake import FakeEngine
 from agentserve.serve import parsing
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.fair_gate import FairGate
 from agentserve.serve.ingress import create_app
 from agentserve.serve.parsing import RequestParser
 from agentserve.spec import DeploymentSpec, hash_api_key
+from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import Call, asgi_request
 
 from tests.reliability.tool_schemas import tenant_tool_schemas

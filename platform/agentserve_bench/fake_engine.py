@@ -1,30 +1,32 @@
-"""Deterministic fake Engine for unit tests only: words are tokens, output echoes the prompt.
+"""Deterministic fake Engine for tests and benchmarks: words are tokens, output echoes the prompt.
 
-Behaviour (all deterministic): the prompt is the last user message (chat) or the prompt
-text (completion); prompt tokens = whitespace words over all messages. The reply is
-"echo: <prompt words>" repeated up to max tokens (finish "length") or once (finish
-"stop"); `stop` strings cut it (finish "stop"). With `response_format` json the reply is
-a JSON object; with tool_choice "required" it calls every tool (the first only when
-parallel_tool_calls is false), with a named function that one (finish "tool_calls");
-arguments fill the tool's parameter schema from the prompt (strings get the prompt text,
-numbers its word count; no properties: {"text": prompt}). With logprobs (chat
-logprobs + top_logprobs k, completion logprobs k) each word token gets a log probability
-from a hash of it and k alternatives (itself first). Tokens are emitted
-`accept_per_step` at a time, like a speculative engine, and counted in stats as
-drafts/drafted/accepted (also by running batch size).
-Each step sleeps `token_delay_s + per_seq_delay_s x running requests`, and at most
-`max_num_seqs` requests run at once (the rest wait, counted in stats.waiting), so load
-slows a replica the way batching does. `FakeEngineFactory` builds one per ModelSpec.
+Registered as engine "fake" (entry point group agentserve.engines): a spec may name it where
+agentserve_bench is installed; the CRD and Helm values schema never offer it.
 
-Continuations (EngineRequest.continuation) behave like an autoregressive model's: given
-the prompt plus the words already delivered, it says the rest of the reply when those
-words are the reply's beginning, and something else (words derived from a hash of the
-context) when they are not, so a wrong continuation shows in the output.
-Faults (tests only): `inject("crash" | "stuck", after_tokens)` makes the engine die
-(every stream and health() raise EngineDeadError) or hang (steps and health() never
-return) once that many more tokens were emitted; with `fault_prompts`, a prompt starting
-"FAULT crash" or "FAULT stuck" injects it once that request has emitted
-FAULT_AFTER_TOKENS tokens (so its own continuation elsewhere does not inject it again).
+Behaviour (all deterministic): the prompt is the last user message (chat) or the prompt text
+(completion); prompt tokens = whitespace words over all messages. The reply is "echo:
+<prompt words>" repeated up to max tokens (finish "length") or once (finish "stop"); `stop`
+strings cut it (finish "stop"). With `response_format` json the reply is a JSON object; with
+tool_choice "required" it calls every tool (the first only when parallel_tool_calls is
+false), with a named function that one (finish "tool_calls"); arguments fill the tool's
+parameter schema from the prompt (strings get the prompt text, numbers its word count; no
+properties: {"text": prompt}). With logprobs (chat logprobs + top_logprobs k, completion
+logprobs k) each word token gets a log probability from a hash of it and k alternatives
+(itself first). Tokens are emitted `accept_per_step` at a time, like a speculative engine,
+and counted in stats as drafts/drafted/accepted (also by running batch size). Each step
+sleeps `token_delay_s + per_seq_delay_s x running requests`, and at most `max_num_seqs`
+requests run at once (the rest wait, counted in stats.waiting), so load slows a replica the
+way batching does. `FakeEngineFactory` builds one per ModelSpec.
+
+Continuations (EngineRequest.continuation) behave like an autoregressive model's: given the
+prompt plus the words already delivered, it says the rest of the reply when those words are
+the reply's beginning, and something else (words derived from a hash of the context) when
+they are not, so a wrong continuation shows in the output. Faults (tests only):
+`inject("crash" | "stuck", after_tokens)` makes the engine die (every stream and health()
+raise EngineDeadError) or hang (steps and health() never return) once that many more tokens
+were emitted; with `fault_prompts`, a prompt starting "FAULT crash" or "FAULT stuck" injects
+it once that request has emitted FAULT_AFTER_TOKENS tokens (so its own continuation
+elsewhere does not inject it again).
 """
 
 from __future__ import annotations
@@ -90,6 +92,16 @@ class FakeEngine:
         self._running = 0
         self._drafts = self._draft_tokens = self._accepted = 0
         self._by_batch = SpecByBatch()
+
+    @classmethod
+    def from_model(cls, model: Any) -> FakeEngine:
+        """What `engine: fake` in a spec builds (the registry's contract)."""
+        return cls(model.name, model.max_model_len)
+
+    @classmethod
+    def expected_start_s(cls, model: Any) -> float:
+        """The fake engine starts at once (a replica still takes a few seconds)."""
+        return 5.0
 
     async def start(self) -> None:
         self.started = True
