@@ -11,17 +11,21 @@ written, so the bundled model with `drafter.enabled` unset runs without speculat
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 from agentserve.autoscale.spec_schedule import with_default_schedules
 from agentserve.drafters import (
+    DEFAULT_SPECULATION,
     default_speculation,
     default_speculation_reason,
     default_speculation_tokens,
+    machine_class,
     shipped_drafter,
 )
 from agentserve.spec import BUNDLED_MODEL, DRAFTERLESS_METHODS, DeploymentSpec, spec_from_dict
+from agentserve.speculation_choice import Choice
 
 __all__ = ["resolve_drafters", "with_default_drafters", "with_default_schedules"]
 
@@ -33,6 +37,7 @@ def with_default_drafters(
     default_method: Callable[[str], str | None] = lambda _: "dflash",
     why_default: Callable[[str], str] = lambda _: "no default speculative method for it",
     default_tokens: Callable[[str], int | None] = lambda _: None,
+    default_dtype: Callable[[str], str | None] = lambda _: None,
 ) -> tuple[DeploymentSpec, list[str]]:
     """Decide each model's speculation; return the spec and notes for the user.
 
@@ -40,7 +45,8 @@ def with_default_drafters(
     flag None: a vLLM model of the bundled source whose spec leaves `drafter.enabled`
     unset speculates with `default_method(source)` (the measured-fastest method; the spec's
     `drafter.method` wins when set), drafting at most `default_tokens(source)` tokens where
-    the spec leaves num_speculative_tokens unset; dflash needs `shipped(source)`.
+    the spec leaves num_speculative_tokens unset, in `default_dtype(source)` where the spec
+    leaves dtype unset (None: the spec's); dflash needs `shipped(source)`.
     """
     data = spec.model_dump(mode="json")
     notes = []
@@ -53,6 +59,9 @@ def with_default_drafters(
             continue
         chosen = "method" in model.drafter.model_fields_set
         method = model.drafter.method if chosen else default_method(model.source)
+        dtype = None if chosen else default_dtype(model.source)
+        if dtype and "dtype" not in model.model_fields_set:
+            entry["dtype"] = dtype
         entry["drafter"]["enabled"] = method is not None
         if method is None:
             notes.append(
@@ -82,15 +91,86 @@ def with_default_drafters(
 
 
 def resolve_drafters(
-    spec: DeploymentSpec, flag: bool | None = None
+    spec: DeploymentSpec,
+    flag: bool | None = None,
+    progress: Callable[[str], None] | None = None,
+    decisions: dict[str, dict] | None = None,
 ) -> tuple[DeploymentSpec, list[str]]:
-    """`with_default_drafters` with the shipped drafters and the measured default methods
-    (agentserve.drafters): the spec as `agentserve up` serves it, and notes for the user."""
-    return with_default_drafters(
-        spec,
-        flag,
-        shipped_drafter,
-        default_speculation,
-        default_speculation_reason,
-        default_speculation_tokens,
+    """`with_default_drafters` with the shipped drafters and the default methods: measured
+    through the server for this kind of machine (agentserve.drafters), else calibrated on
+    this machine (agentserve.calibration; `progress` hears about a first measurement). The
+    spec as `agentserve up` serves it, and notes for the user; `decisions` (when given)
+    receives {model: how its speculation was decided} for the metrics."""
+    machine = machine_class()
+    choice = _calibrate(spec, flag, machine, progress)
+    if choice is None:
+        resolved, notes = with_default_drafters(
+            spec,
+            flag,
+            shipped_drafter,
+            lambda source: default_speculation(source, machine),
+            lambda source: default_speculation_reason(source, machine),
+            lambda source: default_speculation_tokens(source, machine),
+        )
+        decided_by = "served figures" if _measured(machine) else "no figures"
+    else:
+        resolved, notes = with_default_drafters(
+            spec,
+            flag,
+            shipped_drafter,
+            lambda _: choice.method,
+            lambda _: f"calibrated on this machine ({machine}): {choice.reason}",
+            lambda _: choice.num_speculative_tokens or None,
+            lambda _: choice.dtype,
+        )
+        if choice.method is not None:
+            notes.append(f"speculation calibrated on this machine ({machine}): {choice.reason}")
+        decided_by = "calibration"
+    if decisions is not None:
+        for model, before in zip(resolved.models, spec.models, strict=True):
+            by_default = flag is None and "enabled" not in before.drafter.model_fields_set
+            decisions[model.name] = {
+                "decided_by": decided_by if by_default else "spec",
+                "method": model.drafter.method if model.drafter.enabled else "none",
+                "k": model.drafter.num_speculative_tokens if model.drafter.enabled else 0,
+                "dtype": model.dtype,
+                "machine": machine,
+                "predicted_speedup": choice.predicted_speedup if choice and by_default else None,
+            }
+    return resolved, notes
+
+
+def _measured(machine: str) -> bool:
+    return (BUNDLED_MODEL, machine) in DEFAULT_SPECULATION
+
+
+def _calibrate(spec, flag, machine, progress) -> Choice | None:
+    """The calibrated choice where this kind of CPU has no served figures and the default
+    decides a bundled model's speculation on CPU; None otherwise (or AGENTSERVE_CALIBRATE=0)."""
+    if flag is not None or machine == "cuda" or _measured(machine):
+        return None
+    if os.environ.get("AGENTSERVE_CALIBRATE", "1") == "0":
+        return None
+    if not any(
+        m.engine == "vllm"
+        and m.source == BUNDLED_MODEL
+        and m.replicas.num_gpus == 0
+        and "enabled" not in m.drafter.model_fields_set
+        for m in spec.models
+    ):
+        return None
+    return _calibrate_choice(machine, progress)
+
+
+def _calibrate_choice(machine: str, progress: Callable[[str], None] | None) -> Choice:
+    """This machine's calibrated choice for the bundled model (cached per machine)."""
+    from agentserve.calibration import calibrated_choice
+    from agentserve.model_sources import cache_root, resolve_model
+
+    model_dir = resolve_model(BUNDLED_MODEL, progress=progress is not None)
+    if progress:
+        progress(f"timing step costs on this machine ({machine}, no served figures for it)")
+    choice, _, _ = calibrated_choice(
+        model_dir, shipped_drafter(BUNDLED_MODEL), cache_root(), progress
     )
+    return choice

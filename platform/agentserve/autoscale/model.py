@@ -26,6 +26,7 @@ __all__ = [
     "alpha_from_tau",
     "drafted_for",
     "fit",
+    "geometric_tau",
     "speculation_schedule",
 ]
 
@@ -98,7 +99,7 @@ class LatencyModel:
 
     def tau(self, batch: int, drafted: int) -> float:
         """Mean tokens emitted per sequence per step (1.0 without drafting)."""
-        return _geometric_tau(self.alpha(batch), drafted)
+        return geometric_tau(self.alpha(batch), drafted)
 
     def tpot_ms(self, batch: int, drafted: int = 0) -> float:
         """Time per output token of every sequence in a batch of `batch`."""
@@ -138,7 +139,8 @@ class LatencyModel:
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
 
-def _geometric_tau(alpha: float, drafted: int) -> float:
+def geometric_tau(alpha: float, drafted: int) -> float:
+    """Mean tokens emitted per step with `drafted` tokens each accepted with `alpha`."""
     if drafted <= 0:
         return 1.0
     if alpha >= 1.0:
@@ -151,7 +153,7 @@ def alpha_from_tau(tau: float, drafted: int) -> float:
     lo, hi = 0.0, _ALPHA_MAX
     for _ in range(60):
         mid = (lo + hi) / 2
-        if _geometric_tau(mid, drafted) < tau:
+        if geometric_tau(mid, drafted) < tau:
             lo = mid
         else:
             hi = mid

@@ -17,6 +17,7 @@ from typing import Any
 
 from agentserve.autoscale.model import LatencyModel
 from agentserve.cli.console import Console
+from agentserve.engine.cpu_info import CpuInfo
 from agentserve.metrics_snapshot import MetricsSnapshot, parse_metrics
 
 __all__ = ["Report", "add_parser", "burn_rate", "report_rows", "run_status", "sla_rows"]
@@ -258,14 +259,19 @@ _HEADERS = {
 def render(console: Console, report: Report, rows: dict[str, list], window: str) -> None:
     """Plain: one JSON line per row ({"kind": ..., column: value}). Human: four tables."""
     overall = (report.health or {}).get("status", "unknown")
+    machine = (report.status or {}).get("machine")
     if console.plain:
-        console.record({"kind": "server", "url": report.url, "health": overall, "window": window})
+        server = {"kind": "server", "url": report.url, "health": overall, "window": window}
+        console.record({**server, "machine": machine})
         for kind, kind_rows in rows.items():
             for row in kind_rows:
                 console.record({"kind": kind, **dict(zip(_HEADERS[kind], row, strict=True))})
         return
     colour = "green" if overall == "ok" else "red"
     console.say(f"agentserve at {report.url}: {console.style(overall, 'bold', colour)}")
+    if machine:
+        cpu = CpuInfo(machine["model"], machine["cores"], tuple(machine["features"]))
+        console.say(f"machine: {cpu.describe()} ({machine['cpu_class']})")
     if report.status is None:
         console.say("(no /status endpoint: deployments unknown)")
     for kind in ("deployment", "model", "latency", "sla"):

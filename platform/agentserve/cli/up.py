@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from agentserve.calibration import export_decisions
 from agentserve.cli.console import Console
 from agentserve.cli.signals import StopSignals
 from agentserve.cli.traces import (
@@ -77,11 +78,19 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def load_up_spec(args: argparse.Namespace) -> tuple[DeploymentSpec, list[str]]:
-    """The spec `up` serves: file or default, flags applied, drafter defaults decided."""
+def load_up_spec(
+    args: argparse.Namespace, console: Console | None = None
+) -> tuple[DeploymentSpec, list[str]]:
+    """The spec `up` serves: file or default, flags applied, drafter defaults decided (and
+    exported for the metrics: calibration.export_decisions)."""
     spec = load_spec(args.spec) if args.spec else DeploymentSpec()
     spec = with_speculation(spec, getattr(args, "speculation", None))
-    spec, notes = resolve_drafters(spec, args.drafter)
+    decisions: dict[str, dict] = {}
+    progress = None
+    if console is not None:
+        progress = lambda text: console.event("calibrating", text)  # noqa: E731
+    spec, notes = resolve_drafters(spec, args.drafter, progress=progress, decisions=decisions)
+    export_decisions(decisions)
     return with_overrides(spec, args.host, args.port, args.trusted_host), notes
 
 
@@ -90,7 +99,7 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
     """`agentserve up`; see the module docstring for the order and exit codes."""
     console = console or Console()
     try:
-        spec, notes = load_up_spec(args)
+        spec, notes = load_up_spec(args, console)
         drafters = check_drafters(spec)
         check_port_free(spec.server.host, spec.server.port)
         if spec.server.metrics_port is not None:

@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from agentserve.api.auth import OPEN_TENANT
+from agentserve.calibration import decisions_from_env
 from agentserve.engine.protocol import EngineStats
 from agentserve.engine.spec_by_batch import bucket_counts
 from agentserve.serve.admission import model_capacity
@@ -211,6 +212,7 @@ class ServingMetrics:
             registry=r,
         )
         self._add_limits(dict(limits or {}))
+        self._add_speculation_decisions(decisions_from_env())
         self._engine = _EngineStatsCollector()
         r.register(self._engine)
 
@@ -240,6 +242,29 @@ class ServingMetrics:
             min_replicas.labels(model).set(lim.min_replicas)
             if lim.acceptance_floor is not None:
                 floor.labels(model).set(lim.acceptance_floor)
+
+    def _add_speculation_decisions(self, decisions: Mapping[str, Mapping]) -> None:
+        """How `agentserve up` chose each model's speculation (calibration.py), as info-style
+        gauges: the choice (value 1) and, where calibrated, its predicted speedup."""
+        r = self.registry
+        choice = Gauge(
+            "agentserve_speculation_choice",
+            "The model's speculative method, drafted tokens and dtype (value 1), and what "
+            "decided them: served figures, calibration on this machine, or the spec.",
+            ["model", "method", "k", "dtype", "decided_by", "machine"],
+            registry=r,
+        )
+        predicted = Gauge(
+            "agentserve_speculation_predicted_speedup",
+            "Decode speedup over plain decoding at batch 1 that calibration predicted.",
+            ["model"],
+            registry=r,
+        )
+        for model, d in decisions.items():
+            labels = [d.get(x) for x in ("method", "k", "dtype", "decided_by", "machine")]
+            choice.labels(model, *(str(x) for x in labels)).set(1)
+            if d.get("predicted_speedup") is not None:
+                predicted.labels(model).set(float(d["predicted_speedup"]))
 
     def set_slas(self, slas: Mapping[str, tuple[float, float]]) -> None:
         """Replace the tenants' objectives (a tenant update); gone tenants' series go."""

@@ -42,11 +42,15 @@ def current_status() -> dict[str, Any]:
 
 
 def add_status_route(app: Any) -> None:
-    """Add GET /status (Serve applications, deployments, replicas) to a FastAPI app."""
+    """Add GET /status (Serve applications, deployments, replicas, and the machine the
+    ingress runs on: CPU model, usable cores, vector features, cpu_class) to a FastAPI app."""
+    from agentserve.engine.cpu_info import read_cpu_info
+
+    machine = read_cpu_info().as_dict()
 
     @app.get("/status")
     async def serve_status() -> dict[str, Any]:
-        return await asyncio.to_thread(current_status)
+        return {**await asyncio.to_thread(current_status), "machine": machine}
 
 
 def _value(x: Any) -> str:

@@ -148,3 +148,19 @@ def test_speedup_estimate_divides_tau_by_the_step_cost_of_drafting():
     report = _report()
     (row,) = report_rows(report)["model"]
     assert row[-1] == pytest.approx(expected, abs=0.01)
+
+
+def test_the_servers_machine_is_shown():
+    report = _report()
+    machine = {
+        "model": "AMD EPYC",
+        "cores": 2,
+        "features": ["avx2"],
+        "cpu_class": "avx2",
+    }
+    report.status = {**(report.status or {}), "machine": machine}
+    plain, human = io.StringIO(), io.StringIO()
+    render(Console(plain, plain=True, environ={}), report, report_rows(report), "lifetime")
+    assert json.loads(plain.getvalue().splitlines()[0])["machine"] == machine
+    render(Console(human, plain=False, environ={}), report, report_rows(report), "lifetime")
+    assert "machine: AMD EPYC, 2 cores, avx2 (no bf16 instructions) (avx2)" in human.getvalue()

@@ -1,0 +1,86 @@
+"""The embedded default on a kind of CPU that has no served figures: calibrate, then choose.
+
+Where `agentserve bench speculative-served` has measured this kind of CPU (drafters.py
+DEFAULT_SPECULATION), its figures decide the bundled model's speculation. Anywhere else,
+`agentserve up` times this machine's step costs (engine/step_costs.py: seconds, cached per
+machine and model) and `speculation_choice.choose` picks dtype, method and k from them with
+each method's measured acceptance (autoscale/spec_schedule.py MEASURED_ACCEPTANCE), scaled
+by what the served benchmark showed vLLM's whole step adds (SERVED_FACTOR). `--speculation`
+and the spec's own drafter and dtype settings still win.
+
+The decision is also exported to the ingress (AGENTSERVE_SPECULATION_DECISIONS, read by
+serve/metrics.py) so /metrics shows what was chosen and why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentserve.speculation_choice import Choice, choose
+
+__all__ = [
+    "DECISIONS_ENV",
+    "SERVED_FACTOR",
+    "calibrated_choice",
+    "decisions_from_env",
+    "export_decisions",
+]
+
+DECISIONS_ENV = "AGENTSERVE_SPECULATION_DECISIONS"
+# measured served speedup / speedup predicted from the step-cost profile, per method, on the
+# kinds of CPU with both figures (speculation_choice.served_factors over
+# docs/benchmarks/calibration.json and speculative.json; a unit test holds this equal)
+SERVED_FACTOR: dict[str, float] = {"ngram": 0.502, "dflash": 0.724}
+
+
+def _drafter_fraction(drafter_dir: Path | None) -> float | None:
+    """A DFlash drafter's layers as a share of its target's (its drafting cost), or None."""
+    if drafter_dir is None:
+        return None
+    try:
+        config = json.loads((drafter_dir / "config.json").read_text(encoding="utf-8"))
+        return config["num_hidden_layers"] / config["num_target_layers"]
+    except (OSError, ValueError, KeyError, ZeroDivisionError):
+        return None
+
+
+def calibrated_choice(
+    model_dir: Path,
+    drafter_dir: Path | None,
+    cache_root: Path,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Choice, dict[str, Any], bool]:
+    """(choice, profile, was_cached) for the model at `model_dir` on this machine; DFlash is
+    a candidate only when `drafter_dir` (a shipped drafter) is given."""
+    from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE
+    from agentserve.engine.step_costs import cached_profile, measure_profile
+
+    profile, cached = cached_profile(
+        model_dir, cache_root, lambda: measure_profile(model_dir, progress=progress)
+    )
+    acceptance = {"ngram": MEASURED_ACCEPTANCE["ngram"]}
+    fractions = {"ngram": 0.0}
+    fraction = _drafter_fraction(drafter_dir)
+    if fraction is not None:
+        acceptance["dflash"] = MEASURED_ACCEPTANCE["dflash"]
+        fractions["dflash"] = fraction
+    return choose(profile, acceptance, fractions, SERVED_FACTOR), profile, cached
+
+
+def export_decisions(decisions: dict[str, dict[str, Any]]) -> None:
+    """Put {model: decision} where the ingress's metrics find it (this process's env, which
+    the local Ray cluster's workers inherit)."""
+    os.environ[DECISIONS_ENV] = json.dumps(decisions, separators=(",", ":"))
+
+
+def decisions_from_env() -> dict[str, dict[str, Any]]:
+    """{model: {"decided_by", "method", "k", "dtype", "predicted_speedup"}} or {}."""
+    try:
+        data = json.loads(os.environ.get(DECISIONS_ENV) or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,134 @@
+"""`agentserve bench calibrate`: record this machine's step-cost profile and the choice the
+embedded default makes from it, into docs/benchmarks/calibration.json and benchmarks.md.
+
+The profile is what `agentserve up` measures at a first start on a kind of CPU without
+served figures (engine/step_costs.py); recording it here lets the decision logic be tested
+against real profiles of each kind of machine, and lets speculation_choice.served_factors
+compare the prediction with the served benchmark where both exist.
+
+Each kind of CPU is recorded on a machine of that kind: the GEMMs are vLLM's own CPU
+dispatch (pre-packed for the CPU it runs on), which aborts when oneDNN is held to a lower
+ISA (ONEDNN_MAX_CPU_ISA), and torch's fallback GEMMs are far slower than vLLM's on AVX2
+bf16, so no emulated profile stands in for a machine that was not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "calibration_section", "run"]
+
+_MEASURE = (
+    "import json, sys\n"
+    "from agentserve.engine.step_costs import measure_profile\n"
+    "print(json.dumps(measure_profile(sys.argv[1], progress=lambda t: print(t, file=sys.stderr))))"
+)
+
+
+def measure(model_dir: Path) -> dict[str, Any]:
+    """A profile measured in a fresh process (as `agentserve up` measures it: nothing
+    else imported or warmed up)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(model_dir)],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _choice(profile: dict[str, Any]) -> dict[str, Any]:
+    from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE
+    from agentserve.calibration import SERVED_FACTOR, _drafter_fraction
+    from agentserve.drafters import BUNDLED_DRAFTER_DIR
+    from agentserve.speculation_choice import choose
+
+    fractions = {"ngram": 0.0, "dflash": _drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0}
+    choice = choose(profile, MEASURED_ACCEPTANCE, fractions, SERVED_FACTOR)
+    return {k: v for k, v in choice.as_dict().items() if k != "candidates"}
+
+
+def run(args: argparse.Namespace) -> int:
+    from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+
+    docs = Path(args.docs)
+    path = docs / "benchmarks" / "calibration.json"
+    rows = json.loads(path.read_text()) if path.exists() else []
+    if not args.report_only:
+        model_dir = resolve_model(BUNDLED_MODEL, progress=True)
+        started = time.perf_counter()
+        profile = measure(model_dir)
+        profile["date"] = time.strftime("%Y-%m-%d")
+        profile["command"] = "agentserve bench calibrate"
+        profile["choice"] = _choice(profile)
+        machine = profile["machine"]["cpu_class"]
+        print(f"{machine}: {time.perf_counter() - started:.1f} s; {profile['choice']['reason']}")
+        rows = [r for r in rows if r["machine"]["cpu_class"] != machine] + [profile]
+    for row in rows:  # the choice as the current logic makes it (--report-only: after a change)
+        row["choice"] = _choice(row)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=1) + "\n")
+    from agentserve_bench.report import replace_section
+
+    replace_section(docs / "benchmarks.md", "calibration", calibration_section(rows))
+    print(calibration_section(rows))
+    return 0
+
+
+def calibration_section(rows: list[dict[str, Any]]) -> str:
+    """The benchmarks.md section: per profile, decode and k=4 verification costs per dtype
+    (batch 1 and 4), prefill per token, and the choice made from them."""
+    lines = [
+        "## Step-cost calibration (the embedded default on an unmeasured CPU)",
+        "",
+        "`agentserve bench calibrate`: the GEMM part (vLLM's own CPU GEMMs) of a decode step",
+        "and of a k=4 verification step (5 tokens per sequence) of the bundled model, per",
+        "dtype, and the choice `agentserve up` makes from it where no served figures exist for",
+        "the kind of CPU (agentserve/calibration.py). One row per kind of CPU measured.",
+        "",
+        "| CPU | dtype | decode ms b=1 | verify k=4 / decode b=1 | b=4 | prefill ms/token "
+        "| choice | predicted | date |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cpu = r["machine"]["cpu_class"] + (
+            f" (emulated {r['emulated']})" if r.get("emulated") else ""
+        )
+        c = r.get("choice") or {}
+        pick = f"{c.get('method') or 'plain'} k={c.get('num_speculative_tokens')} {c.get('dtype')}"
+        for dtype, costs in r["dtypes"].items():
+            s1, s4 = costs["step_ms"]["1"], costs["step_ms"].get("4", {})
+            ratio4 = f"{s4['5'] / s4['1']:.2f}" if s4 else "-"
+            lines.append(
+                f"| {cpu} | {dtype} | {s1['1']:.1f} | {s1['5'] / s1['1']:.2f} | {ratio4} "
+                f"| {costs['prefill_ms_per_token']:.3f} | {pick} "
+                f"| {c.get('predicted_speedup', 1.0):.2f}x | {r.get('date', '')} |"
+            )
+    return "\n".join(lines)
+
+
+def add_parser(kinds: argparse._SubParsersAction) -> None:
+    from agentserve_bench.report import default_docs
+
+    p = kinds.add_parser(
+        "calibrate",
+        help="record this machine's step costs and the embedded default's choice from them",
+        description="Times the GEMM part of decode and verification steps of the bundled "
+        "model per dtype (what `agentserve up` measures on a CPU without served figures), "
+        "and writes docs/benchmarks/calibration.json and the calibration section of "
+        "benchmarks.md. Run it with nothing else on the machine.",
+    )
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="measure nothing: recompute the choices in benchmarks/calibration.json (after a "
+        "change of the logic) and rewrite the docs section",
+    )
+    p.add_argument("--docs", type=Path, default=default_docs(), help="(default: %(default)s)")
+    p.set_defaults(handler=run)

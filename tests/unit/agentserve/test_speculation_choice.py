@@ -1,0 +1,146 @@
+"""The embedded default on an unmeasured CPU: choose() against the step-cost profiles that
+`agentserve bench calibrate` recorded (docs/benchmarks/calibration.json), the served factor
+against the served figures, and resolve_drafters' use of the calibrated choice."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from agentserve import spec_defaults
+from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE
+from agentserve.calibration import SERVED_FACTOR, _drafter_fraction
+from agentserve.drafters import BUNDLED_DRAFTER_DIR, DEFAULT_SPECULATION
+from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.spec import DeploymentSpec
+from agentserve.speculation_choice import MIN_GAIN, Choice, choose, served_factors
+
+BENCH = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
+FRACTIONS = {"ngram": 0.0, "dflash": _drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0}
+
+
+def _profiles() -> list[dict]:
+    path = BENCH / "calibration.json"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `agentserve bench calibrate`")
+    return json.loads(path.read_text())
+
+
+def _choose(profile: dict) -> Choice:
+    return choose(profile, MEASURED_ACCEPTANCE, FRACTIONS, SERVED_FACTOR)
+
+
+def test_profiles_were_recorded_by_the_benchmark():
+    # one per kind of CPU measured (amx so far: an AVX2-only machine's profile is recorded
+    # by running the benchmark there; no emulated profile stands in for it)
+    profiles = _profiles()
+    assert profiles
+    assert len({p["machine"]["cpu_class"] for p in profiles}) == len(profiles)
+    for p in profiles:
+        assert set(p["dtypes"]) == {"bfloat16", "float32"}
+        assert p["command"].startswith("agentserve bench calibrate")
+        assert p["gemm"] == "vllm", "the engine's own GEMMs were timed"
+
+
+def test_each_recorded_choice_is_what_choose_makes_now():
+    for profile in _profiles():
+        choice = _choose(profile)
+        recorded = profile["choice"]
+        assert (choice.dtype, choice.method, choice.num_speculative_tokens) == (
+            recorded["dtype"],
+            recorded["method"],
+            recorded["num_speculative_tokens"],
+        ), "the logic changed: rerun `agentserve bench calibrate --report-only`"
+        if choice.method is not None:  # speculation only where it is predicted to pay
+            assert choice.predicted_speedup >= MIN_GAIN
+            assert choice.predicted_speedup_loaded >= 1.0
+        else:
+            assert "no speculative method" in choice.reason
+
+
+def test_where_served_figures_exist_the_calibrated_choice_agrees_with_them():
+    for profile in _profiles():
+        machine = profile["machine"]["cpu_class"]
+        if profile.get("emulated") or (BUNDLED_MODEL, machine) not in DEFAULT_SPECULATION:
+            continue
+        assert _choose(profile).method == DEFAULT_SPECULATION[(BUNDLED_MODEL, machine)]
+
+
+def test_the_served_factor_is_the_one_the_figures_give():
+    rows = json.loads((BENCH / "speculative.json").read_text())
+    assert served_factors(_profiles(), rows) == SERVED_FACTOR
+
+
+def test_verification_that_costs_more_than_it_returns_means_plain_decoding():
+    slow = copy.deepcopy(_profiles()[0])
+    for costs in slow["dtypes"].values():
+        for by_tokens in costs["step_ms"].values():
+            one = by_tokens["1"]
+            for n in by_tokens:
+                by_tokens[n] = one * int(n)  # every verified token costs a whole step
+    choice = _choose(slow)
+    assert choice.method is None and choice.predicted_speedup == 1.0
+    assert "no speculative method is predicted" in choice.reason
+
+
+def test_cheap_verification_picks_the_method_with_the_best_acceptance():
+    flat = copy.deepcopy(_profiles()[0])
+    for costs in flat["dtypes"].values():
+        for by_tokens in costs["step_ms"].values():
+            for n in by_tokens:
+                by_tokens[n] = by_tokens["1"]  # verifying 8 tokens costs what 1 does
+    choice = choose(flat, {"ngram": (0.8, 0.0), "dflash": (0.3, 0.0)}, FRACTIONS)
+    assert choice.method == "ngram" and choice.num_speculative_tokens == 7
+    # the slower dtype's speculation is not chosen over the faster dtype's
+    fast = min(flat["dtypes"], key=lambda d: flat["dtypes"][d]["step_ms"]["1"]["1"])
+    assert choice.dtype == fast
+
+
+def _fake_choice(method="ngram", k=3, dtype="float32") -> Choice:
+    return Choice(dtype, method, k, 1.8, 1.2, "predicted")
+
+
+def test_an_unmeasured_cpu_gets_the_calibrated_method_k_and_dtype(monkeypatch):
+    monkeypatch.setattr(spec_defaults, "machine_class", lambda: "avx512")
+    monkeypatch.setattr(spec_defaults, "_calibrate_choice", lambda *a: _fake_choice())
+    decisions: dict = {}
+    spec, notes = spec_defaults.resolve_drafters(DeploymentSpec(), decisions=decisions)
+    (model,) = spec.models
+    assert model.drafter.enabled and model.drafter.method == "ngram"
+    assert model.drafter.num_speculative_tokens == 3 and model.dtype == "float32"
+    assert any("calibrated on this machine (avx512)" in n for n in notes)
+    assert decisions[model.name]["decided_by"] == "calibration"
+    assert decisions[model.name]["predicted_speedup"] == 1.8
+
+
+def test_a_calibrated_plain_choice_and_the_spec_win_where_set(monkeypatch):
+    monkeypatch.setattr(spec_defaults, "machine_class", lambda: "avx512")
+    plain = _fake_choice(None, 0, "bfloat16")
+    monkeypatch.setattr(spec_defaults, "_calibrate_choice", lambda *a: plain)
+    spec, notes = spec_defaults.resolve_drafters(DeploymentSpec())
+    assert not spec.models[0].drafter.enabled
+    assert any("no speculative decoding" in n for n in notes)
+    data = DeploymentSpec().model_dump(mode="json")
+    data["models"][0]["dtype"] = "bfloat16"
+    data["models"][0]["drafter"]["method"] = "ngram"
+    monkeypatch.setattr(spec_defaults, "_calibrate_choice", lambda *a: _fake_choice())
+    spec, _ = spec_defaults.resolve_drafters(DeploymentSpec.model_validate(data))
+    assert spec.models[0].dtype == "bfloat16" and spec.models[0].drafter.method == "ngram"
+
+
+def test_measured_cpus_and_flags_do_not_calibrate(monkeypatch):
+    def boom(*_):
+        raise AssertionError("calibrated")
+
+    monkeypatch.setattr(spec_defaults, "_calibrate_choice", boom)
+    monkeypatch.setattr(spec_defaults, "machine_class", lambda: "avx2")
+    spec_defaults.resolve_drafters(DeploymentSpec())
+    monkeypatch.setattr(spec_defaults, "machine_class", lambda: "avx512")
+    spec_defaults.resolve_drafters(DeploymentSpec(), flag=False)
+    monkeypatch.setenv("AGENTSERVE_CALIBRATE", "0")
+    decisions: dict = {}
+    spec, _ = spec_defaults.resolve_drafters(DeploymentSpec(), decisions=decisions)
+    assert not spec.models[0].drafter.enabled
+    assert decisions[spec.models[0].name]["decided_by"] == "no figures"
