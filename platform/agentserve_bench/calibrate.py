@@ -110,6 +110,20 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
                 f"| {costs['prefill_ms_per_token']:.3f} | {pick} "
                 f"| {c.get('predicted_speedup', 1.0):.2f}x | {r.get('date', '')} |"
             )
+    from agentserve.calibration import SERVED_FACTOR
+
+    factors = ", ".join(f"{m} {f:.2f}" for m, f in sorted(SERVED_FACTOR.items()))
+    lines += [
+        "",
+        "The rule (agentserve/speculation_choice.py): per dtype, method and k, predicted speedup",
+        "= tau(k) x decode / (verify(k) x (1 + drafting share)) x the method's served factor;",
+        "speculation only where that is >= 1.15x at batch 1 and >= 1.0x at batch 4, and the",
+        "dtype with the shortest nominal agent turn (512-token prefill, 128 tokens out). The",
+        "served factor is the measured served speedup over the speedup predicted from the",
+        f"profile with the row's own tau, the lowest over the served rows ({factors}): vLLM's",
+        "whole speculative step costs more than its GEMMs. On a kind of CPU with served figures",
+        "(DEFAULT_SPECULATION) those decide; the calibration above agrees with them on amx.",
+    ]
     return "\n".join(lines)
 
 
