@@ -42,6 +42,7 @@ from agentserve.engine.vllm_args import (
     frontend_kwargs,
     spec_decode_counters,
 )
+from agentserve.engine.vllm_errors import error_from_payload, request_error_from_vllm
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
 from agentserve.engine.vllm_paths import check_vllm_paths
 from agentserve.engine.vllm_ray import config_in_placement_group, needs_placement_group
@@ -52,7 +53,6 @@ __all__ = [
     "VLLMEngine",
     "continuation_body",
     "deltas_from_sse",
-    "request_error_from_vllm",
     "stat_loggers",
 ]
 
@@ -164,7 +164,7 @@ class VLLMEngine:
             else:
                 result = await serving.create_completion(body, raw)
             if not hasattr(result, "__aiter__"):
-                raise _error_from_payload(result.model_dump())
+                raise error_from_payload(result.model_dump())
             try:
                 async for delta in deltas_from_sse(kind, result, _chat_top(request, kind)):
                     yield delta
@@ -321,7 +321,7 @@ async def deltas_from_sse(
     async for event in events:
         for payload in _payloads(event):
             if "error" in payload:
-                raise _error_from_payload(payload)
+                raise error_from_payload(payload)
             usage = payload.get("usage") or {}
             prompt = max(prompt, usage.get("prompt_tokens") or 0)
             output = max(output, usage.get("completion_tokens") or 0)
@@ -380,39 +380,3 @@ def _choice_delta(kind: str, choice: dict[str, Any], prompt: int, output: int) -
             reasoning=d.get("reasoning") or d.get("reasoning_content") or "",
         )
     return Delta(choice.get("text") or "", prompt, output, choice.get("finish_reason"))
-
-
-def request_error_from_vllm(err: BaseException) -> EngineRequestError | None:
-    """vLLM raises its client errors (a prompt past the context, a bad parameter) out of
-    the serving layer rather than returning them: map them to a 4xx, not a 500."""
-    names = {cls.__name__ for cls in type(err).__mro__}
-    if "VLLMClientError" not in names:
-        return None
-    message = str(err.args[0]) if err.args else str(err)  # without vLLM's "(parameter=...)"
-    status = 404 if "VLLMNotFoundError" in names else 400
-    context = "context length" in message
-    return EngineRequestError(
-        message,
-        status=status,
-        type="invalid_request_error" if status == 400 else "not_found_error",
-        param=None if context else getattr(err, "parameter", None),
-        code="context_length_exceeded" if context else None,
-    )
-
-
-def _error_from_payload(payload: dict[str, Any]) -> EngineError:
-    error = payload.get("error") or {}
-    status = error.get("code") if isinstance(error.get("code"), int) else 500
-    message = error.get("message") or "vLLM error"
-    if 400 <= status < 500:
-        code = "context_length_exceeded" if "context length" in message else None
-        return EngineRequestError(
-            message,
-            status=status,
-            type=error.get("type") or "invalid_request_error",
-            param=error.get("param"),
-            code=code,
-        )
-    if status == 503:
-        return EngineUnavailableError(message)
-    return EngineError(message)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentserve.engine.vllm_engine import request_error_from_vllm
+from agentserve.engine.vllm_errors import request_error_from_vllm
 from vllm.exceptions import VLLMNotFoundError, VLLMValidationError
 
 
