@@ -17,7 +17,9 @@ Contracts of `decide`:
 - with no ready replica and traffic waiting, requests are held at the ingress
   (`hold_requests`) for at most cold_start_hold_timeout_s, then refused with 503;
 - a rising arrival rate (recent window vs look-back, burst.py) raises the floor ahead of
-  the load, with hysteresis; reason "burst_floor".
+  the load, with hysteresis; reason "burst_floor";
+- the replica start time (warming credit, burst lead) is the measured one the replicas
+  report (Snapshot.replica_start_s) when there is one, else the spec's.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 
-from agentserve.autoscale.burst import BurstState, planned_rate
+from agentserve.autoscale.burst import BurstKnobs, BurstState, planned_rate
 from agentserve.autoscale.model import drafted_for, speculation_schedule
 from agentserve.autoscale.policy_types import (
     PolicySpec,
@@ -38,9 +40,12 @@ from agentserve.autoscale.policy_types import (
 )
 
 __all__ = ["PolicySpec", "PolicyState", "ScaleDecision", "Sla", "Snapshot", "TenantLatency"]
-__all__ += ["capacity_floor", "decide", "sla_ratios"]
+__all__ += ["capacity_floor", "decide", "planned_start_s", "sla_ratios"]
 
 _CALIBRATION_RANGE = (0.5, 3.0)
+MIN_START_S = 1.0
+"""A start planned as shorter counts as this long (an engine ready at once still waits for
+its replica to be placed and started)."""
 
 
 def sla_ratios(
@@ -112,9 +117,24 @@ def capacity_floor(snap: Snapshot, spec: PolicySpec) -> int:
     return math.ceil(max(by_utilisation, by_slots) - 1e-9)
 
 
+def planned_start_s(snap: Snapshot, spec: PolicySpec) -> float:
+    """The replica start time the policy plans with: the measured one the replicas report
+    (snap.replica_start_s), else the spec's expected one; at least MIN_START_S."""
+    start = spec.replica_start_s if snap.replica_start_s is None else snap.replica_start_s
+    return max(MIN_START_S, start)
+
+
+def _burst_knobs(snap: Snapshot, spec: PolicySpec) -> BurstKnobs:
+    """The detector's knobs, projecting one measured replica start ahead when there is one."""
+    if snap.replica_start_s is None:
+        return spec.burst
+    return spec.burst._replace(lead_s=planned_start_s(snap, spec))
+
+
 def warming_credit(snap: Snapshot, spec: PolicySpec) -> float:
     """Capacity of warming replicas: half a replica at start, rising to one when ready."""
-    return sum(0.5 + 0.5 * min(1.0, age / spec.replica_start_s) for age in snap.warming_ages_s)
+    start = planned_start_s(snap, spec)
+    return sum(0.5 + 0.5 * min(1.0, age / start) for age in snap.warming_ages_s)
 
 
 def _projected_ratio(
@@ -261,7 +281,11 @@ def decide(snap: Snapshot, spec: PolicySpec, state: PolicyState | None = None) -
     ratio = _max_or_none(*ratios)
     old = BurstState(state.burst_since_s, state.burst_rate_rps or 0.0)
     rate, burst = planned_rate(
-        snap.now_s, snap.arrival_rate_rps, snap.recent_arrival_rate_rps, spec.burst, old
+        snap.now_s,
+        snap.arrival_rate_rps,
+        snap.recent_arrival_rate_rps,
+        _burst_knobs(snap, spec),
+        old,
     )
     state = replace(state, burst_since_s=burst.since_s, burst_rate_rps=burst.rate_rps or None)
     floor = capacity_floor(replace(snap, arrival_rate_rps=rate), spec)

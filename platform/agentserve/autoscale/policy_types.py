@@ -28,7 +28,8 @@ _AUTOSCALING = AutoscalingSpec()
 _REPLICAS = ReplicaSpec()
 _MAX_NUM_SEQS: int = ModelSpec.model_fields["max_num_seqs"].default
 DEFAULT_REPLICA_START_S = 60.0
-"""Expected cold-start time of a replica when nothing measured says otherwise."""
+"""Expected cold-start time of a replica when neither the replicas (Snapshot.replica_start_s)
+nor the engine (its expected_start_s) says otherwise."""
 
 
 class Sla(NamedTuple):
@@ -54,7 +55,10 @@ class Snapshot:
     """What the policy sees at `now_s`. `warming_ages_s` has one age per starting replica;
     `draining_replicas` are being removed; rates and means cover the look-back window;
     `in_flight` counts running plus queued requests, `queued` those without a replica;
-    `recent_arrival_rate_rps` covers the short burst-detection window (None: unknown)."""
+    `recent_arrival_rate_rps` covers the short burst-detection window (None: unknown);
+    `replica_start_s` is the measured replica start (construction to engine ready, seconds:
+    start_stat.measured_start_s over the replicas' reports; None: nothing reported, the
+    policy plans with PolicySpec.replica_start_s)."""
 
     now_s: float
     ready_replicas: int
@@ -67,6 +71,7 @@ class Snapshot:
     in_flight: int = 0
     queued: int = 0
     recent_arrival_rate_rps: float | None = None
+    replica_start_s: float | None = None
 
     @property
     def current_replicas(self) -> int:
@@ -79,7 +84,9 @@ class PolicySpec:
     """Policy knobs, normally derived from a DeploymentSpec by `from_deployment`.
 
     `model` None disables the capacity floor (reactive only); `use_tpot` False ignores
-    TPOT (the TTFT-only baseline). `replica_start_s` is the expected cold-start time;
+    TPOT (the TTFT-only baseline). `replica_start_s` is the expected cold-start time, the
+    fallback until replicas report a measured one (Snapshot.replica_start_s), and
+    `burst.lead_s` likewise;
     `staffing_z` the burst headroom of the floor in standard deviations of concurrency;
     `burst` the rate-derivative detector (burst.py); `standby_replicas` extra started
     replicas kept beyond the target (applied by the fleet, see standby.py). `schedule` is

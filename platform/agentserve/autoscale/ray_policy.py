@@ -11,7 +11,10 @@ runs before the policy. Replicas publish `encode_replica_stats(...)` from
 `record_autoscaling_stats`; Ray averages each metric over `look_back_period_s` per replica,
 except the latency histograms, which the adapter reads from each replica's latest report
 (`raw_metrics`: a replica's window already covers the look-back) and pools across replicas
-with `latency_stat.pooled_tenant_latency`, the function the simulator uses.
+with `latency_stat.pooled_tenant_latency`, the function the simulator uses. Each replica
+also reports how long it took to start (`agentserve_replica_start_s`); the adapter plans
+with the largest of the latest reports (`start_stat.measured_start_s`, as the simulator),
+keeping the last value in policy_state when no replica reports.
 Another policy with decide's shape runs the same way: subclass SlaAutoscalingPolicy with
 `policy = staticmethod(my_decide)` and pass its import path as `policy_function`.
 """
@@ -35,7 +38,9 @@ from agentserve.autoscale.policy import (
     Snapshot,
     decide,
 )
+from agentserve.autoscale.policy_types import DEFAULT_REPLICA_START_S
 from agentserve.autoscale.standby import fleet_target, visible_snapshot
+from agentserve.autoscale.start_stat import measured_start_s
 from agentserve.spec import DeploymentSpec
 
 __all__ = [
@@ -44,15 +49,18 @@ __all__ = [
     "policy_spec_from_json",
     "policy_spec_to_json",
     "ray_autoscaling_config",
+    "replica_starts",
     "snapshot_from_context",
 ]
 
 log = logging.getLogger("ray.serve")
 POLICY_PATH = "agentserve.autoscale.ray_policy:SlaAutoscalingPolicy"
 STATE_KEY = "agentserve"
+START_KEY = "agentserve_replica_start_s"  # policy_state: the last measured replica start
 RAY_METRICS_INTERVAL_S = 10.0  # Ray 2.60's default AutoscalingConfig.metrics_interval_s
 _TTFT, _TPOT, _REQS = "agentserve_ttft_hist:", "agentserve_tpot_hist:", "agentserve_requests:"
 _RECENT = "agentserve_arrival_rps_recent"
+_START = "agentserve_replica_start_s"
 _RATE, _PROMPT, _OUTPUT = (
     "agentserve_arrival_rps",
     "agentserve_prompt_tokens",
@@ -92,7 +100,7 @@ def ray_autoscaling_config(
     model_name: str | None = None,
     *,
     latency_model: LatencyModel | None = None,
-    replica_start_s: float = 60.0,
+    replica_start_s: float = DEFAULT_REPLICA_START_S,
     look_back_period_s: float | None = None,
     policy_function: str = POLICY_PATH,
     tenant_slas: Mapping[str, Any] | None = None,
@@ -104,7 +112,8 @@ def ray_autoscaling_config(
     `look_back_period_s` defaults to spec.autoscaling.look_back_period_s; a look-back of
     10 s or less also shortens Ray's metrics push interval (`metrics_interval_s`, 10 s by
     default, a field Ray 2.60 deprecates) to a third of it, since Ray requires the
-    look-back to exceed the push interval."""
+    look-back to exceed the push interval. `replica_start_s` is the expected replica start
+    the policy plans with until the replicas report their measured one."""
     policy = PolicySpec.from_deployment(
         spec,
         model_name,
@@ -149,6 +158,7 @@ def encode_replica_stats(
     engine_waiting: float = 0.0,
     acceptance_by_batch: Mapping[str, float] | None = None,
     recent_arrival_rate_rps: float | None = None,
+    replica_start_s: float | None = None,
 ) -> dict[str, float]:
     """One replica's `record_autoscaling_stats` result: flat name -> float (Ray's contract).
     Tenant latencies are the replica's window as bucket counts
@@ -157,10 +167,14 @@ def encode_replica_stats(
     the engine's batch and queue now; `acceptance_by_batch` maps a batch-size bucket ("1",
     "3-4", ...) to the mean DFlash acceptance length over the window (exported for
     observation; the policy plans with its LatencyModel); `recent_arrival_rate_rps` covers
-    the burst detector's short window (burst.RECENT_WINDOW_S)."""
+    the burst detector's short window (burst.RECENT_WINDOW_S); `replica_start_s` how long
+    the replica took to start, construction to engine ready (`agentserve_replica_start_s`,
+    omitted when None)."""
     out = {_RATE: arrival_rate_rps, _PROMPT: mean_prompt_tokens, _OUTPUT: mean_output_tokens}
     if recent_arrival_rate_rps is not None:
         out[_RECENT] = float(recent_arrival_rate_rps)
+    if replica_start_s is not None:
+        out[_START] = float(replica_start_s)
     out[_RUNNING], out[_WAITING] = float(engine_running), float(engine_waiting)
     for bucket, length in (acceptance_by_batch or {}).items():
         out[_ACCEPT + bucket] = float(length)
@@ -214,18 +228,27 @@ def _windows(report: Mapping[str, float]) -> dict[str, LatencyWindow]:
     return {n: LatencyWindow(ttft.get(n, {}), tpot.get(n, {}), requests.get(n, 0)) for n in names}
 
 
+def replica_starts(reports: Mapping[Any, Mapping[str, float]]) -> list[float]:
+    """The start times (seconds) in the replicas' reports (replica -> decoded stats)."""
+    return [r[_START] for r in reports.values() if _START in r]
+
+
 def _mean(per_replica: Mapping[Any, float] | None) -> float:
     values = list((per_replica or {}).values())
     return sum(values) / len(values) if values else 0.0
 
 
-def snapshot_from_context(ctx: Any, state: PolicyState) -> Snapshot:
+def snapshot_from_context(
+    ctx: Any, state: PolicyState, last_start_s: float | None = None
+) -> Snapshot:
     """Snapshot from a Ray `AutoscalingContext`. Replicas above the current count up to
     the target are warming (aged from the last scale-up); those above the target drain.
     Queued = requests waiting at handles plus those waiting inside engines (no batch slot),
     like the simulator's ingress queue. Latency windows and the recent arrival rate come
     from each replica's latest report (a replica's own windows already cover the look-back;
-    averaging them again over it would lag the burst detector and blur the histograms)."""
+    averaging them again over it would lag the burst detector and blur the histograms).
+    The replica start is the largest the replicas report, else `last_start_s` (the last
+    measured one)."""
     now = ctx.current_time if ctx.current_time is not None else 0.0
     running, target = ctx.current_num_replicas, ctx.target_num_replicas
     metrics = ctx.aggregated_metrics or {}
@@ -246,6 +269,7 @@ def snapshot_from_context(ctx: Any, state: PolicyState) -> Snapshot:
         in_flight=math.ceil(ctx.total_num_requests or 0.0),
         queued=math.ceil(queued),
         recent_arrival_rate_rps=sum(recent) if recent else None,
+        replica_start_s=measured_start_s(replica_starts(reports), last_start_s),
     )
 
 
@@ -263,7 +287,8 @@ class SlaAutoscalingPolicy:
         policy_state = dict(ctx.policy_state or {})
         state = PolicyState.from_dict(policy_state.get(STATE_KEY) or {})
         standby = self.spec.standby_replicas
-        snap = visible_snapshot(snapshot_from_context(ctx, state), standby)
+        seen = snapshot_from_context(ctx, state, policy_state.get(START_KEY))
+        snap = visible_snapshot(seen, standby)
         decision = self.policy(snap, self.spec, state)
         target = fleet_target(decision.target_replicas, standby, self.spec.max_replicas)
         if decision.target_replicas != snap.current_replicas:
@@ -280,10 +305,12 @@ class SlaAutoscalingPolicy:
                 snap.queued,
             )
         policy_state[STATE_KEY] = decision.state.to_dict()
+        policy_state[START_KEY] = snap.replica_start_s
         policy_state["agentserve_last"] = {
             "reason": decision.reason,
             "sla_ratio": decision.sla_ratio,
             "capacity_floor": decision.capacity_floor,
             "hold_requests": decision.hold_requests,
+            "replica_start_s": snap.replica_start_s,
         }
         return target, policy_state

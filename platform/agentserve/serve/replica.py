@@ -11,8 +11,8 @@ it requests, Serve starts a new one, and the ingress continues the cut requests
 elsewhere (serve/migrate.py).
 Serve calls `record_autoscaling_stats` every look_back_period_s / 5 when the deployment
 autoscales: per-tenant TTFT/TPOT windows, arrivals, engine batch and queue, DFlash
-acceptance by batch size (serve/replica_stats.py), which the SLA policy
-(autoscale/ray_policy.py) reads.
+acceptance by batch size and the replica's start time, construction to engine ready
+(serve/replica_stats.py), which the SLA policy (autoscale/ray_policy.py) reads.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 
 from agentserve.engine.protocol import (
@@ -67,6 +68,7 @@ class ModelReplica:
         tracing: TracingSpec | None = None,
         window_s: float = 30.0,
     ):
+        constructed = time.monotonic()
         self.model = model
         self.engine = engine_factory(model)
         self.tracer = make_tracer(tracing or TracingSpec(), os.environ, "replica")
@@ -75,6 +77,8 @@ class ModelReplica:
         self.health_failures = 0  # consecutive failed probes of the watchdog
         _import_request_types()
         await self.engine.start()
+        self.windows.start_s = time.monotonic() - constructed  # construction -> engine ready
+        log.info("replica of %s ready in %.1f s", model.name, self.windows.start_s)
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_engine())
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:

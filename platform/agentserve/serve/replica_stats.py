@@ -1,5 +1,6 @@
 """Per-replica autoscaling signals: per-tenant TTFT/TPOT windows, arrivals and token means,
-engine queue and batch, DFlash acceptance by batch size; `autoscaling_stats` encodes them
+engine queue and batch, DFlash acceptance by batch size, the replica's own start time;
+`autoscaling_stats` encodes them
 for Ray Serve's `record_autoscaling_stats` (see autoscale/ray_policy.py).
 
 Contracts:
@@ -14,6 +15,8 @@ Contracts:
   receipt time). The replica publishes the windows as histograms and the autoscaler
   pools them across replicas (autoscale/latency_stat.py: the one p95, nearest-rank on
   the pooled histogram, the statistic the simulator uses too); the replica computes none.
+- `start_s` is how long the replica took to start (construction to engine ready, set by
+  the replica once its engine is ready); None until then.
 The clock is injected (wall time by default: the accept header is wall time).
 """
 
@@ -74,6 +77,7 @@ class ReplicaStats:
         self._done: deque[_Done] = deque()
         self._arrivals: deque[float] = deque()
         self._spec: deque[tuple[float, tuple[BatchCounts, ...]]] = deque()
+        self.start_s: float | None = None
 
     def begin(self, request_id: str, headers: Mapping[str, str]) -> None:
         now = self.clock()
@@ -178,4 +182,5 @@ class ReplicaStats:
             engine_running=engine.running,
             engine_waiting=engine.waiting,
             acceptance_by_batch=self.acceptance_by_batch(engine),
+            replica_start_s=self.start_s,
         )

@@ -194,6 +194,27 @@ def test_replica_hook_reports_windows_engine_queue_and_acceptance():
     assert all(isinstance(v, float) for v in after.values())
 
 
+def test_the_replica_reports_its_start_once_its_engine_is_ready():
+    """Construction to engine ready, in seconds: the start the policy plans with."""
+
+    class SlowStart(FakeEngine):
+        async def start(self) -> None:
+            await asyncio.sleep(0.05)
+            await super().start()
+
+    stats = ReplicaStats(clock=Clock())
+    assert "agentserve_replica_start_s" not in stats.autoscaling_stats(EngineStats())
+
+    async def scenario():
+        replica = await _replica(lambda model: SlowStart(model.name))
+        reported = await replica.record_autoscaling_stats()
+        await replica.__del__()
+        return reported
+
+    start_s = asyncio.run(scenario())["agentserve_replica_start_s"]
+    assert 0.05 <= start_s < 5.0
+
+
 def test_engine_waiting_counts_as_queued_for_the_policy():
     from types import SimpleNamespace
 
