@@ -33,6 +33,7 @@ from agentserve.autoscale.policy import (
 )
 from agentserve.autoscale.standby import fleet_target, visible_snapshot
 
+from agentserve_bench.autoscale.measured_start import engine_start_s
 from agentserve_bench.autoscale.ray_default import RayDefaultController
 from agentserve_bench.autoscale.simulate import QueueClass, SimConfig, SimResult, simulate
 from agentserve_bench.autoscale.trace import Trace, TraceConfig, generate_trace
@@ -40,7 +41,7 @@ from agentserve_bench.report import default_docs
 
 __all__ = ["PolicyController", "RayDefaultController", "Scenario", "main", "run_comparison"]
 __all__ += ["burst_window", "fixed_schedule", "policy_spec_for", "saturated_capacity"]
-__all__ += ["sim_config_for", "summarize"]
+__all__ += ["replica_start_for", "sim_config_for", "summarize"]
 
 SLAS = {"interactive": Sla(1500.0, 60.0), "batch": Sla(15_000.0, 150.0)}
 SLA_CLASSES = {"interactive": "interactive", "batch": "batch"}
@@ -132,7 +133,8 @@ class Scenario:
     max_replicas: int = 16
     max_num_seqs: int = 8
     max_drafted: int = 7
-    replica_start_s: float = 45.0
+    replica_start_s: float | None = None
+    """None: the simulated engine's measured start (startup.json, measured_start.py)."""
     staffing_z: float = 4.0
     standby_replicas: int = 4
     speculation: Literal["schedule", "fixed"] = "schedule"
@@ -148,9 +150,16 @@ def fixed_schedule(sc: Scenario) -> tuple[tuple[int, int, int], ...]:
     return ((1, sc.max_num_seqs, sc.max_drafted),)
 
 
+def replica_start_for(sc: Scenario) -> float:
+    """The scenario's replica start: its override, else the measured one (vLLM's)."""
+    return engine_start_s() if sc.replica_start_s is None else sc.replica_start_s
+
+
 def policy_spec_for(sc: Scenario) -> PolicySpec:
     """The policy knobs of the scenario (SLAS, its fleet bounds and latency model); the
-    policy plans with the drafting the replicas run (`sc.speculation`)."""
+    policy plans with the drafting the replicas run (`sc.speculation`) and the start the
+    replicas report (expected: the same figure, until they do)."""
+    start_s = replica_start_for(sc)
     return PolicySpec(
         schedule=fixed_schedule(sc) if sc.speculation == "fixed" else None,
         min_replicas=sc.min_replicas,
@@ -159,9 +168,9 @@ def policy_spec_for(sc: Scenario) -> PolicySpec:
         slas=SLAS,
         max_drafted=sc.max_drafted,
         model=sc.model,
-        replica_start_s=sc.replica_start_s,
+        replica_start_s=start_s,
         staffing_z=sc.staffing_z,
-        burst=BurstKnobs(lead_s=sc.replica_start_s),
+        burst=BurstKnobs(lead_s=start_s),
     )
 
 
@@ -286,7 +295,11 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
             "calls": trace.num_calls,
             "sha256": hashlib.sha256(trace_json).hexdigest(),
         },
-        "scenario": {k: v for k, v in asdict(sc).items() if k != "trace"},
+        "scenario": {
+            **{k: v for k, v in asdict(sc).items() if k != "trace"},
+            "replica_start_s": replica_start_for(sc),
+            "replica_start_from": "override" if sc.replica_start_s else "benchmarks/startup.json",
+        },
         "slas": {k: {"ttft_p95_ms": v.ttft_ms, "tpot_p95_ms": v.tpot_ms} for k, v in SLAS.items()},
         "speculation_schedule": speculation_schedule(sc.model, sc.max_num_seqs, sc.max_drafted),
         "replica_capacity_tok_s": saturated_capacity(sc),

@@ -17,8 +17,11 @@ the queue is first come, first served and sheds nothing. A replica runs steps ba
 back while it has work: each step admits dispatched requests (prefilling their uncached
 tokens inside the step, first token at its end) and decodes the rest, each emitting the
 model's tau tokens (expected value, deterministic). Drafted tokens per step follow the
-speculation schedule by batch size. New replicas serve `replica_start_s` after the
-decision; removed replicas stop taking requests and leave when empty. Replica-seconds
+speculation schedule by batch size. New replicas serve one replica start after the
+decision: the engine's measured start (docs/benchmarks/startup.json, measured_start.py)
+unless `replica_start_s` overrides it; every ready replica reports its start as the live
+ones do, and the policy reads it through `start_stat.measured_start_s`, the adapter's
+reduction. Removed replicas stop taking requests and leave when empty. Replica-seconds
 count every replica from start decision to exit, standby replicas included (started,
 unrouted, promoted at once on a scale-up; see standby.py). The policy's latency inputs come from
 `latency_stat.pooled_tenant_latency`, the function the live Ray adapter uses.
@@ -38,8 +41,10 @@ from agentserve.autoscale.latency_stat import LatencyWindow, pooled_tenant_laten
 from agentserve.autoscale.latency_stat import tpot_ms as tpot_of
 from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_schedule
 from agentserve.autoscale.policy import Snapshot
+from agentserve.autoscale.start_stat import measured_start_s
 
 from agentserve_bench.autoscale.ingress_queue import IngressQueue, QueueClass
+from agentserve_bench.autoscale.measured_start import engine_start_s
 from agentserve_bench.autoscale.trace import Session, Trace
 
 __all__ = ["Controller", "QueueClass", "RequestRecord", "SimConfig", "SimResult", "simulate"]
@@ -54,14 +59,17 @@ class SimConfig:
     drafts `max_drafted` at every batch size instead of the per-batch schedule;
     `standby_replicas` keeps that many started, unrouted replicas (standby.py);
     `priority` orders the ingress queue by deadline and sheds batch past it, with each
-    tenant's objective and class from `tenants` (ingress_queue.py)."""
+    tenant's objective and class from `tenants` (ingress_queue.py). `replica_start_s` None:
+    a replica takes the measured start of `engine` (measured_start.engine_start_s); a
+    number overrides it."""
 
     model: LatencyModel = field(default_factory=LatencyModel)
     max_num_seqs: int = 8
     max_drafted: int = 7
     adaptive_speculation: bool = True
     initial_replicas: int = 2
-    replica_start_s: float = 45.0
+    engine: str = "vllm"
+    replica_start_s: float | None = None
     interval_s: float = 5.0
     window_s: float = 30.0
     recent_window_s: float = RECENT_WINDOW_S
@@ -106,6 +114,7 @@ class _Replica:
     id: int
     born_s: float
     ready_s: float
+    start_s: float  # how long its start took (what it reports once ready)
     draining: bool = False
     standby: bool = False
     busy: bool = False
@@ -142,6 +151,9 @@ class _Sim:
         self.arrivals: deque[RequestRecord] = deque()  # within the look-back window
         self.actions = 0
         self.timeline: list[dict] = []
+        start = cfg.replica_start_s
+        self.start_s = engine_start_s(cfg.engine) if start is None else start
+        self.last_start_s: float | None = None  # the last measured start the policy saw
         max_k = cfg.max_drafted
         self.schedule = (
             speculation_schedule(cfg.model, cfg.max_num_seqs, max_k)
@@ -163,8 +175,9 @@ class _Sim:
         return sorted(pool, key=lambda r: (r.ready_s, r.id))
 
     def start_replica(self, t: float, ready_now: bool = False, standby: bool = False) -> None:
-        ready = t if ready_now else t + self.cfg.replica_start_s
-        r = _Replica(next(self.ids), t, ready, standby=standby)
+        # ready at once: started before the trace, in the same time
+        ready = t if ready_now else t + self.start_s
+        r = _Replica(next(self.ids), t, ready, self.start_s, standby=standby)
         self.replicas.append(r)
         self.push(ready, "ready", r)
 
@@ -303,6 +316,8 @@ class _Sim:
         arrivals = list(self.arrivals)
         recent = t - self.cfg.recent_window_s
         running = sum(len(r.running) + len(r.pending) for r in self.replicas if r.dead_s is None)
+        started = [r.start_s for r in self.replicas if r.dead_s is None and r.ready_s <= t]
+        self.last_start_s = measured_start_s(started, self.last_start_s)
         return Snapshot(
             now_s=t,
             ready_replicas=sum(1 for r in live if r.ready_s <= t),
@@ -318,6 +333,7 @@ class _Sim:
             mean_output_tokens=_mean([q.output_tokens for q in arrivals]),
             in_flight=running + len(self.queue),
             queued=len(self.queue),
+            replica_start_s=self.last_start_s,
         )
 
     # -- loop --------------------------------------------------------------------------
