@@ -294,7 +294,7 @@ class SlaAutoscalingPolicy:
         if decision.target_replicas != snap.current_replicas:
             log.info(
                 "agentserve policy: %d -> %d replicas%s (%s; sla ratio %s, floor %d, "
-                "in flight %d, queued %d)",
+                "in flight %d, queued %d, replica start %s s)",
                 snap.current_replicas,
                 decision.target_replicas,
                 f" + {target - decision.target_replicas} standby" if standby else "",
@@ -303,6 +303,7 @@ class SlaAutoscalingPolicy:
                 decision.capacity_floor,
                 snap.in_flight,
                 snap.queued,
+                None if snap.replica_start_s is None else round(snap.replica_start_s, 1),
             )
         policy_state[STATE_KEY] = decision.state.to_dict()
         policy_state[START_KEY] = snap.replica_start_s
