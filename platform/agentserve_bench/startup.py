@@ -22,23 +22,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import glob
 import json
 import os
-import re
 import shlex
 import sys
 import time
-from datetime import date, datetime
+from datetime import date
 from pathlib import Path
 from typing import Any
 
+from agentserve.engine.start_phases import log_phases, session_log_text
+
 __all__ = [
     "MODES",
-    "PHASE_PATTERNS",
     "add_parser",
     "compile_choice",
-    "log_phases",
     "run",
     "startup_section",
 ]
@@ -47,40 +45,6 @@ MODES = {"compiled": "1", "eager": "0"}  # label -> AGENTSERVE_CPU_COMPILE
 # eager is chosen when it serves at least this fraction of compiled's decode speed (c=1)
 # and is ready sooner: a start is paid once per (re)start and scale-up, decode speed always
 EAGER_MIN_DECODE_RATIO = 0.95
-PHASE_PATTERNS = {
-    "weights_load": re.compile(r"Loading weights took ([\d.]+) seconds"),
-    "engine_init": re.compile(
-        r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"
-    ),
-}
-# vLLM's CPU model runner logs the compile warm-up's start and end, not its length
-_STAMP = r"(\d\d-\d\d \d\d:\d\d:\d\d)"
-_COMPILE_BEGIN = re.compile(_STAMP + r" \[[^\]]+\] Warming up model for the compilation")
-_COMPILE_END = re.compile(_STAMP + r" \[[^\]]+\] Warming up done")
-
-
-def log_phases(text: str) -> dict[str, float]:
-    """vLLM's own phase figures in log text (pure): the last of each kind found; "compile"
-    from the CPU runner's warm-up lines (whole seconds: vLLM stamps its lines so)."""
-    out = {}
-    for name, pattern in PHASE_PATTERNS.items():
-        found = pattern.findall(text)
-        if found:
-            out[name] = round(float(found[-1]), 2)
-    begin, end = _COMPILE_BEGIN.findall(text), _COMPILE_END.findall(text)
-    if begin and end:
-        fmt = "%m-%d %H:%M:%S"
-        took = datetime.strptime(end[-1], fmt) - datetime.strptime(begin[-1], fmt)
-        out["compile"] = took.total_seconds()
-    return out
-
-
-def _session_log_text(root: str = "/tmp/ray/session_latest/logs") -> str:
-    parts = []
-    for path in sorted(glob.glob(f"{root}/worker-*.out") + glob.glob(f"{root}/worker-*.err")):
-        with contextlib.suppress(OSError):
-            parts.append(Path(path).read_text(errors="replace"))
-    return "\n".join(parts)
 
 
 def compile_choice(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -137,7 +101,7 @@ def _one_start(spec: Any, args: argparse.Namespace, conversations: list | None) 
         first = asyncio.run(run_workload(base, model, [_HELLO], 1, 8))[0][0]
         first_token = (first.first_s or first.last_s or first.start_s) - started
         phases = {"ray_up": round(ray_up, 1), "engine": round(ready - ray_up, 1)}
-        phases |= log_phases(_session_log_text())
+        phases |= log_phases(session_log_text())
         phases["first_token"] = round(first_token - ready, 2)
         out: dict[str, Any] = {"phases": phases, "ready_s": round(ready, 1)}
         out["first_token_s"] = round(first_token, 1)

@@ -28,6 +28,12 @@ from agentserve.cli.traces import (
 )
 from agentserve.drafters import default_speculation
 from agentserve.engine.cpu_info import read_cpu_info
+from agentserve.engine.start_phases import (
+    current_phase,
+    describe_phases,
+    log_phases,
+    session_log_text,
+)
 from agentserve.engine.vllm_args import DrafterMissingError, speculative_config
 from agentserve.model_sources import resolve_model
 from agentserve.serve import local
@@ -44,7 +50,7 @@ __all__ = ["add_parser", "run_up"]
 
 POLL_S = 1.0
 PLAIN_PROGRESS_EVERY_S = 10.0
-CPU_ENGINE_HINT = "vLLM on CPU: loading weights and compiling, typically 80-140 s"
+CPU_ENGINE_HINT = "vLLM on CPU: a first start compiles, about 2 min; later starts load the cache"
 
 
 class PortInUseError(OSError):
@@ -188,15 +194,17 @@ def _wait_ready(
     """Poll Serve and /health until ready (serve/ready.py), showing progress; False on
     failure, timeout or a stop signal."""
     uses_vllm = any(m.engine == "vllm" for m in spec.models)
-    last_plain = 0.0
+    last_plain, phase = 0.0, None
 
     def progress(elapsed: float, text: str) -> None:
-        nonlocal last_plain
-        hint = f" ({CPU_ENGINE_HINT})" if uses_vllm and "STARTING" in text else ""
-        console.status(f"  {_clock(elapsed)}  {text}{hint}")
+        nonlocal last_plain, phase
+        if uses_vllm and "STARTING" in text:
+            phase = current_phase(session_log_text())  # vLLM's own lines: where it is
+            text += f"; engine: {phase or 'starting'} ({CPU_ENGINE_HINT})"
+        console.status(f"  {_clock(elapsed)}  {text}")
         if console.plain and elapsed - last_plain >= PLAIN_PROGRESS_EVERY_S:
             last_plain = elapsed
-            console.event("progress", elapsed_s=round(elapsed, 1), detail=text)
+            console.event("progress", elapsed_s=round(elapsed, 1), detail=text, phase=phase)
 
     outcome = wait_ready(
         local.base_url(spec),
@@ -268,9 +276,11 @@ def _print_ready(
     model = spec.models[0].name
     snippets = examples(base, model, needs_key=bool(spec.tenants))
     cpu = read_cpu_info()
+    phases = log_phases(session_log_text()) if any(m.engine == "vllm" for m in spec.models) else {}
     if console.plain:
         console.event(
             "ready",
+            phases=phases,
             url=base,
             base_url=f"{base}/v1",
             models=[m.name for m in spec.models],
@@ -281,7 +291,10 @@ def _print_ready(
         )
         return
     s = console.style
+    took = describe_phases(phases)
     console.say(s(f"agentserve is up ({_clock(took_s)})", "bold", "green"))
+    if took:
+        console.say(f"  start    {took} (vLLM's own figures)")
     console.say(f"  API      {s(base + '/v1', 'cyan')}   (OpenAI-compatible)")
     console.say(f"  machine  {cpu.describe()}")
     for m in spec.models:

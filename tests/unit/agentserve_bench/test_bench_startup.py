@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from agentserve.engine.cpu_settings import COMPILE_BY_CPU
-from agentserve_bench.startup import _modes, compile_choice, log_phases
+from agentserve.engine.start_phases import log_phases
+from agentserve_bench.startup import _modes, compile_choice
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 
