@@ -52,6 +52,9 @@ def test_default_up_serves_the_bundled_model_with_the_default_speculation(server
     assert server.ready["models"] == [BUNDLED_MODEL]
     want = f"dflash {shipped_drafter(BUNDLED_MODEL)}" if METHOD == "dflash" else METHOD
     assert server.ready["drafters"][BUNDLED_MODEL] == want
+    # the start's phases, from vLLM's own lines in the session's logs (engine/start_phases)
+    assert server.ready["phases"]["engine_init"] > 0, server.ready["phases"]
+    assert server.ready["machine"]["cpu_class"]
 
 
 def test_openai_client_and_acceptance_counters(server):
