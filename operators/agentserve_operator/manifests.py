@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from agentserve.admission.shares import ingress_replicas
 from agentserve.placement import replica_placement
-from agentserve.serve.admission import ingress_replicas
 from agentserve.serve.names import INGRESS_NAME, QUOTA_NAME, deployment_name
 from agentserve.spec import to_yaml
 from agentserve.tenant_config import app_args, ingress_user_config

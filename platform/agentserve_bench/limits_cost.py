@@ -1,4 +1,4 @@
-"""What sharing tenant limits across ingress replicas costs (serve/shared_limits.py).
+"""What sharing tenant limits across ingress replicas costs (admission/shared_limits.py).
 
 `python -m agentserve_bench.limits_cost` starts a local Ray Serve with the tenant-limits
 keeper deployment alone and times, for a rate-limited tenant, admit + finish through the
@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentserve.admission.shared_limits import LocalQuota, QuotaKeeper, SharedQuota
 from agentserve.api.auth import Tenant
 from agentserve.autoscale.latency_stat import nearest_rank
-from agentserve.serve.shared_limits import LocalQuota, QuotaKeeper, SharedQuota
 from agentserve.spec import RateLimitSpec, SLASpec
 
 from agentserve_bench.report import default_docs

@@ -135,7 +135,7 @@ def test_limits_hold_across_ingress_replicas_and_a_killed_one_loses_nothing(base
 
 
 def test_limits_cost_benchmark_measures_through_the_deployed_keeper(base):
-    from agentserve.serve.shared_limits import SharedQuota
+    from agentserve.admission.shared_limits import SharedQuota
     from agentserve_bench.limits_cost import measure
     from ray import serve
 

@@ -25,7 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from agentserve.api.quota_book import RENEW_S
+from agentserve.admission.quota_book import RENEW_S
 from agentserve.serve.backend import LocalBackend
 from agentserve.spec import DeploymentSpec, hash_api_key
 from agentserve_bench.fake_engine import FakeEngine
@@ -199,8 +199,8 @@ def keeper_faults(
     """Two ingresses, one keeper process, two tenants limited to 3 in flight, 6 clients
     each; the keeper is stalled (SIGSTOP) 3 s, later killed and restarted: no tenant more
     than one over its limit, none locked out longer than RENEW_S (2 s), both served after."""
+    from agentserve.admission.shared_limits import SharedQuota
     from agentserve.serve.ingress import create_app  # imports vLLM: lazily
-    from agentserve.serve.shared_limits import SharedQuota
 
     keeper, events = _KeeperProcess(), []
     statuses: dict[str, Counter] = {t: Counter() for t in TENANTS}

@@ -58,7 +58,7 @@ class KeeperHandle:
 
 
 async def _serve(port: int) -> None:
-    from agentserve.serve.shared_limits import QuotaKeeper
+    from agentserve.admission.shared_limits import QuotaKeeper
 
     keeper = QuotaKeeper()
 

@@ -12,7 +12,7 @@ import asyncio
 import tracemalloc
 from typing import Any
 
-from agentserve.serve import response_budget
+from agentserve.admission import response_budget
 from agentserve.serve.backend import LocalBackend
 from agentserve.spec import DeploymentSpec
 from agentserve_bench.fake_engine import FakeEngine

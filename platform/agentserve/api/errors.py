@@ -1,12 +1,20 @@
-"""OpenAI error objects: one exception type per HTTP status we return, and their JSON body.
+"""OpenAI error objects: one exception type per HTTP status we return, their JSON body, the
+body of any other error the ingress meets, and the app's exception handlers.
 
 Body shape (OpenAI): {"error": {"message", "type", "param", "code"}}. Client mistakes are
-4xx; only bugs become 500.
+4xx; only bugs become 500. Client and engine errors keep their status and message; anything
+else is a 500 whose body names no internal detail (the detail is logged).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
+
+from agentserve.engine.protocol import EngineRequestError, EngineUnavailableError
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 __all__ = [
     "APIError",
@@ -16,7 +24,11 @@ __all__ = [
     "OverloadedError",
     "RateLimitError",
     "RequestTooLargeError",
+    "error_body",
+    "install_error_handlers",
 ]
+
+log = logging.getLogger("agentserve.serve.ingress")
 
 
 class APIError(Exception):
@@ -124,3 +136,48 @@ class OverloadedError(APIError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(max(1, round(self.retry_after_s)))}
+
+
+def error_body(err: Exception) -> dict:
+    """The OpenAI error object for `err`; a generic server_error for anything unexpected."""
+    if isinstance(err, APIError):
+        return err.body()
+    if isinstance(err, EngineRequestError):
+        return _body(err.message, err.type, err.param, err.code)
+    if isinstance(err, EngineUnavailableError):
+        return OverloadedError(str(err) or "the model is unavailable").body()
+    return _body("internal server error", "server_error")
+
+
+def _body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """JSON error responses for every error a route can raise."""
+    # imported here: the error types above serve the operator and pure modules too
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, err: APIError) -> JSONResponse:
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+    @app.exception_handler(EngineRequestError)
+    async def _engine_request_error(_: Request, err: EngineRequestError) -> JSONResponse:
+        return JSONResponse(error_body(err), status_code=err.status)
+
+    @app.exception_handler(EngineUnavailableError)
+    async def _unavailable(_: Request, err: EngineUnavailableError) -> JSONResponse:
+        return JSONResponse(error_body(err), status_code=503, headers={"Retry-After": "1"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        body = _body(str(err.detail), "invalid_request_error")
+        return JSONResponse(body, status_code=err.status_code)
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, err: Exception) -> JSONResponse:
+        log.exception("unhandled error in request", exc_info=err)
+        return JSONResponse(error_body(err), status_code=500)

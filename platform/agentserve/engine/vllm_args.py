@@ -132,7 +132,7 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
     }
     if model.async_scheduling:
         kwargs["async_scheduling"] = True
-    if model.priority_scheduling:  # the ingress sets each request's priority (serve/priority.py)
+    if model.priority_scheduling:  # the ingress sets each priority (admission/priority.py)
         kwargs["scheduling_policy"] = "priority"
     if model.kv_cache_dtype != "auto":
         kwargs["kv_cache_dtype"] = model.kv_cache_dtype

@@ -19,6 +19,9 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
+from agentserve.admission.priority import replica_slots
+from agentserve.admission.shared_limits import QuotaKeeper, SharedQuota
+from agentserve.admission.shares import ingress_replicas, model_capacity
 from agentserve.autoscale.ray_policy import ray_autoscaling_config
 from agentserve.autoscale.spec_schedule import latency_model_for
 from agentserve.engine.protocol import (
@@ -32,11 +35,8 @@ from agentserve.engine.protocol import (
 )
 from agentserve.engine.registry import engine_class
 from agentserve.placement import replica_placement
-from agentserve.serve.admission import ingress_replicas, model_capacity
 from agentserve.serve.names import INGRESS_NAME, QUOTA_NAME, deployment_name
-from agentserve.serve.priority import replica_slots
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
-from agentserve.serve.shared_limits import QuotaKeeper, SharedQuota
 from agentserve.serve.status import add_status_route, current_status
 from agentserve.spec import (
     DeploymentSpec,
@@ -240,7 +240,7 @@ def deployment_options(
         "name": deployment_name(model.name),
         **replica_placement(model),  # ray_actor_options (+ placement group when TP x PP > 1)
         # the engine batches up to max_num_seqs and queues as many again; the ingress sends
-        # no more than that per ready replica (serve/priority.py), the rest wait there in
+        # no more than that per ready replica (admission/priority.py), the rest wait there in
         # deadline order; the router's own queue is bounded by max_queue_len (then 503)
         "max_ongoing_requests": replica_slots(model),
         "max_queued_requests": spec.server.max_queue_len,

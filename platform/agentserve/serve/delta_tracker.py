@@ -1,7 +1,7 @@
 """What one request's delta stream has carried so far: first-output time, token counts,
 engine steps and finish reason; the one bookkeeping of a stream of engine deltas.
 
-Used by the ingress's admitted call (serve/admission.py: TTFT, usage, metrics), mid-stream
+Used by the ingress's admitted call (admission/shares.py: TTFT, usage, metrics), mid-stream
 migration (serve/migrate.py: what was passed on), the replica's spans (serve/spans.py:
 prefill/decode and speculation figures) and its autoscaling windows
 (serve/replica_stats.py: TTFT and TPOT samples).

@@ -46,7 +46,7 @@ def engine_request(
 ) -> EngineRequest:
     """A new EngineRequest whose body is `parsed` with the decisions set (pure: `parsed`
     is not changed). None leaves a field as parsed: `priority` None when the model's
-    engine does not schedule by priority (serve/priority.py), `cache_salt` None keeps the
+    engine does not schedule by priority (admission/priority.py), `cache_salt` None keeps the
     client's (the ingress always salts: api/cache_salt.py)."""
     update = {
         name: value

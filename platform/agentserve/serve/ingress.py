@@ -3,10 +3,10 @@ trace and session headers, streaming, metrics. Ray-free; serve/app.py hosts it i
 
 Request path: in open mode, trusted Host and JSON POSTs only (400/415, serve/host_guard.py)
 -> resolve tenant (401) -> parse body (400) -> find model (404) -> admit
-(serve/admission.py: 503 model queue full, 429 past the tenant's fair share of it or its
+(admission/shares.py: 503 model queue full, 429 past the tenant's fair share of it or its
 limits, tokens reserved; a body with schemas or over 64 KiB is admitted before its full
-check, serve/admit_first.py) -> wait for a slot toward the replicas, earliest deadline first,
-priority set by tenant class (serve/priority.py: 429 for a batch request past its
+check, admission/admit_first.py) -> wait for a slot toward the replicas, earliest deadline first,
+priority set by tenant class (admission/priority.py: 429 for a batch request past its
 deadline) -> backend.generate (through serve/migrate.py: a
 request whose replica dies continues on another) -> first delta (engine 4xx
 surface here as JSON errors; with no ready replica it is awaited at most
@@ -28,10 +28,19 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry.trace import NoOpTracer, Span, Tracer
 
+from agentserve.admission.admit_first import parse_and_admit
+from agentserve.admission.priority import Dispatcher
+from agentserve.admission.response_budget import buffer_cap, capped
+from agentserve.admission.shared_limits import LocalQuota, SharedQuota
+from agentserve.admission.shares import (
+    AdmittedCall,
+    QueueShares,
+    ingress_replicas,
+)
 from agentserve.api.auth import Tenant, TenantResolver
 from agentserve.api.body import read_body
 from agentserve.api.cache_salt import CacheSalter, salt_key
-from agentserve.api.errors import APIError, OverloadedError
+from agentserve.api.errors import APIError, OverloadedError, error_body, install_error_handlers
 from agentserve.api.openai import ResponseBuilder
 from agentserve.api.responses import ResponsesRequest
 from agentserve.api.responses_render import ResponsesBuilder
@@ -46,25 +55,15 @@ from agentserve.engine.protocol import (
 )
 from agentserve.serve import spans
 from agentserve.serve.admin import AdminGate, admin_lifespan
-from agentserve.serve.admission import (
-    AdmittedCall,
-    QueueShares,
-    ingress_replicas,
-)
-from agentserve.serve.admit_first import parse_and_admit
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.engine_request import engine_headers, engine_request
 from agentserve.serve.fanout import fan_out
 from agentserve.serve.health import HealthCache, UnauthenticatedLimit
 from agentserve.serve.host_guard import OpenModeGuard, trusted_hosts
-from agentserve.serve.http_errors import error_body, install_error_handlers
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
 from agentserve.serve.poison import PoisonList
-from agentserve.serve.priority import Dispatcher
-from agentserve.serve.response_budget import buffer_cap, capped
-from agentserve.serve.shared_limits import LocalQuota, SharedQuota
 from agentserve.spec import DeploymentSpec, TenantSpec
 
 __all__ = ["SESSION_HEADER", "create_app"]
@@ -91,15 +90,15 @@ class _Ingress:
         self.spec, self.backends, self.clock = spec, dict(backends), clock
         self.tracer = tracer
         self.tenants = TenantResolver(spec, tenants)
-        self.quota = quota or LocalQuota(clock)  # serve/shared_limits.py
+        self.quota = quota or LocalQuota(clock)  # admission/shared_limits.py
         limits = model_limits(spec)
         self.metrics = ServingMetrics(sla_objectives(spec, tenants), limits)
         queue = spec.server.max_queue_len
         capacity = {n: limits[n].capacity if n in limits else queue for n in self.backends}
-        self.shares = QueueShares(capacity, queue)  # serve/admission.py
+        self.shares = QueueShares(capacity, queue)  # admission/shares.py
         self.shares.set_tenants(self.tenants.tenants())
         self.in_flight = self.shares.in_flight  # model -> requests queued or running
-        self.dispatch = Dispatcher(  # serve/priority.py
+        self.dispatch = Dispatcher(  # admission/priority.py
             spec.models, list(self.backends), ingress_replicas(spec)
         )
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
@@ -180,7 +179,7 @@ class _Ingress:
             tenant = self.tenants.resolve(request.headers.get("authorization"))
             raw = await read_body(request, self.spec.server.max_request_body_bytes)
             translate = responses.translate if responses is not None else None
-            # schemas: admitted first, then checked on the tenant's turns (serve/admit_first.py)
+            # schemas: admitted first, then checked on the tenant's turns (admission/admit_first.py)
             body, call = await parse_and_admit(self, kind, raw, translate, tenant)
         except APIError as err:  # rejected before admission: 400/401/404/429/503
             if responses is not None:
@@ -328,7 +327,7 @@ class _Ingress:
     ) -> EngineRequest:
         """`body` (left as parsed) with this ingress's decisions (serve/engine_request.py)."""
         headers = engine_headers(span, request.headers, tenant.name)
-        priority = self.dispatch.priority(body.model, tenant)  # serve/priority.py
+        priority = self.dispatch.priority(body.model, tenant)  # admission/priority.py
         salt = self.salter.salt(tenant.name, body.cache_salt)  # no shared prefixes
         return engine_request(
             kind, body, request_id=uuid.uuid4().hex, headers=headers, priority=priority,

@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from agentserve.admission.shares import model_capacity
 from agentserve.api.auth import OPEN_TENANT
 from agentserve.calibration import decisions_from_env
 from agentserve.engine.protocol import EngineStats
 from agentserve.engine.spec_by_batch import bucket_counts
-from agentserve.serve.admission import model_capacity
 
 __all__ = ["CONTENT_TYPE", "ModelLimits", "ServingMetrics", "model_limits", "sla_objectives"]
 
@@ -116,7 +116,7 @@ class ModelLimits(NamedTuple):
 
 
 def model_limits(spec) -> dict[str, ModelLimits]:
-    """model -> ModelLimits for a DeploymentSpec (capacity: serve/admission.py)."""
+    """model -> ModelLimits for a DeploymentSpec (capacity: admission/shares.py)."""
     return {
         m.name: ModelLimits(
             model_capacity(m, spec.server.max_queue_len),

@@ -11,7 +11,7 @@ __all__ = ["INGRESS_NAME", "QUOTA_NAME", "deployment_name"]
 INGRESS_NAME = "ingress"
 """The ingress deployment (server.ingress_replicas replicas; routes, admission, metrics)."""
 QUOTA_NAME = "tenant-limits"
-"""The tenant-limits keeper, with more than one ingress replica (serve/shared_limits.py)."""
+"""The tenant-limits keeper, with more than one ingress replica (admission/shared_limits.py)."""
 
 
 def deployment_name(model: str) -> str:

@@ -1,5 +1,5 @@
 """The simulated ingress queue: requests waiting for a replica slot, sent on either in the
-runtime's priority order (serve/priority.py: earliest deadline first, batch shed past its
+runtime's priority order (admission/priority.py: earliest deadline first, batch shed past its
 deadline) or first come, first served.
 
 With `priority` a request's deadline is `deadline_s(arrival, objective)`, the runtime's
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentserve.serve.priority import deadline_s, is_batch_class, retry_after_s
+from agentserve.admission.priority import deadline_s, is_batch_class, retry_after_s
 
 __all__ = ["IngressQueue", "QueueClass"]
 

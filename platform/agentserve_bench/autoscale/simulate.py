@@ -232,7 +232,7 @@ class _Sim:
         self.dispatch(t)
 
     def deadline(self, req: RequestRecord, t: float) -> None:
-        """A batch request's deadline: shed it if it still waits (serve/priority.py)."""
+        """A batch request's deadline: shed it if it still waits (admission/priority.py)."""
         if not self.queue.remove(req):
             return
         req.shed_s = t

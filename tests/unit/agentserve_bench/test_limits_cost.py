@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentserve.serve.shared_limits import LocalQuota
+from agentserve.admission.shared_limits import LocalQuota
 from agentserve_bench.limits_cost import TENANT, measure
 
 

@@ -5,7 +5,7 @@ renewal period, both served once it is over; and the lock-out measure itself."""
 from __future__ import annotations
 
 import pytest
-from agentserve.api.quota_book import RENEW_S
+from agentserve.admission.quota_book import RENEW_S
 
 from tests.reliability.keeper_faults import LIMIT, keeper_faults, longest_lockout_s
 

@@ -201,8 +201,8 @@ def test_n_counts_n_places_in_the_queue():
 
 
 def test_token_reservation_counts_the_output_of_every_choice():
+    from agentserve.admission.shares import estimate_prompt_tokens, token_reservation
     from agentserve.api.openai import parse_request
-    from agentserve.serve.admission import estimate_prompt_tokens, token_reservation
 
     one = parse_request("chat", {"model": "m", "messages": MSG, "max_tokens": 10})
     three = parse_request("chat", {"model": "m", "messages": MSG, "max_tokens": 10, "n": 3})

@@ -4,8 +4,14 @@ ingress that went silent finished by the book."""
 from __future__ import annotations
 
 import pytest
+from agentserve.admission.quota_book import (
+    LEASE_TTL_S,
+    QuotaBook,
+    has_limits,
+    refusal_error,
+    share_of,
+)
 from agentserve.api.auth import Tenant
-from agentserve.api.quota_book import LEASE_TTL_S, QuotaBook, has_limits, refusal_error, share_of
 from agentserve.spec import RateLimitSpec, SLASpec
 
 

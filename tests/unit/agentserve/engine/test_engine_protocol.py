@@ -4,8 +4,8 @@ spans) and migration (what was passed on) share."""
 from __future__ import annotations
 
 import pytest
+from agentserve.admission.shares import AdmittedCall
 from agentserve.engine.protocol import Delta
-from agentserve.serve.admission import AdmittedCall
 from agentserve.serve.migrate import Progress
 
 TOOL = {"index": 0, "id": "c1", "type": "function", "function": {"name": "f"}}

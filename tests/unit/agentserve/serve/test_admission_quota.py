@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agentserve.admission.quota import RateLimiter
+from agentserve.admission.shares import QueueShares, token_reservation
 from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import OverloadedError, RateLimitError
 from agentserve.api.openai import parse_request
-from agentserve.api.quota import RateLimiter
-from agentserve.serve.admission import QueueShares, token_reservation
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec, hash_api_key

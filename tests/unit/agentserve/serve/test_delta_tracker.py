@@ -4,8 +4,8 @@ ingress, migration, replica spans and replica statistics share."""
 from __future__ import annotations
 
 import pytest
+from agentserve.admission.shares import AdmittedCall
 from agentserve.engine.protocol import Delta
-from agentserve.serve.admission import AdmittedCall
 from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.serve.migrate import Progress
 from agentserve.serve.replica_stats import _Open

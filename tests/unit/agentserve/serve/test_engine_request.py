@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
+from agentserve.admission.priority import BATCH_PRIORITY
 from agentserve.engine.protocol import Delta, EngineDeadError, EngineRequest, EngineStats
 from agentserve.serve.engine_request import engine_headers, engine_request
 from agentserve.serve.ingress import create_app
 from agentserve.serve.poison import fingerprint
-from agentserve.serve.priority import BATCH_PRIORITY
 from agentserve.spec import DeploymentSpec, hash_api_key
 from asgi_calls import asgi_request
 from opentelemetry.trace import INVALID_SPAN

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agentserve.admission.priority import BATCH_PRIORITY, INTERACTIVE_PRIORITY, DispatchQueue
 from agentserve.engine.protocol import Continuation, EngineRequest
 from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.engine.vllm_engine import continuation_body
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
-from agentserve.serve.priority import BATCH_PRIORITY, INTERACTIVE_PRIORITY, DispatchQueue
 from agentserve.spec import DeploymentSpec, ModelSpec, hash_api_key
 from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import asgi_request

@@ -8,16 +8,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agentserve.engine.protocol import Delta
-from agentserve.serve.backend import LocalBackend
-from agentserve.serve.ingress import create_app
-from agentserve.serve.response_budget import (
+from agentserve.admission.response_budget import (
     MAX_BUFFERED_BYTES,
     ResponseTooLargeError,
     buffer_cap,
     capped,
     worst_case_bytes,
 )
+from agentserve.engine.protocol import Delta
+from agentserve.serve.backend import LocalBackend
+from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec
 from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import asgi_request

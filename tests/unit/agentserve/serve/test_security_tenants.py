@@ -11,10 +11,10 @@ import logging
 
 import httpx
 import pytest
+from agentserve.admission.quota import RateLimiter
 from agentserve.api import auth
 from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import RateLimitError
-from agentserve.api.quota import RateLimiter
 from agentserve.cli.up import with_overrides
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app

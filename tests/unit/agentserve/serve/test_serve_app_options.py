@@ -94,8 +94,8 @@ def test_ingress_takes_all_the_models_can_hold_and_drains_as_long():
 
 
 def test_ingress_replicas_share_the_dispatch_slots_and_take_admin_ports_by_rank():
+    from agentserve.admission.priority import Dispatcher
     from agentserve.serve.app import ingress_options, replica_admin_port
-    from agentserve.serve.priority import Dispatcher
 
     raw = {"models": [{"name": "a", "max_num_seqs": 5}], "server": {"metrics_port": 9100}}
     spec = DeploymentSpec.model_validate(raw | {"server": raw["server"] | {"ingress_replicas": 3}})

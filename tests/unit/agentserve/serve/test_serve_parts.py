@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agentserve.admission.quota import RateLimiter
 from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import AuthenticationError, RateLimitError
-from agentserve.api.quota import RateLimiter
 from agentserve.engine.protocol import EngineRequestError
 from agentserve.engine.vllm_engine import deltas_from_sse
 from agentserve.spec import DeploymentSpec, hash_api_key

@@ -9,12 +9,12 @@ import asyncio
 
 import httpx
 import pytest
+from agentserve.admission import shared_limits
+from agentserve.admission.shared_limits import KEEPER_RETRY_S, QuotaKeeper, SharedQuota
 from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import RateLimitError
-from agentserve.serve import shared_limits
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
-from agentserve.serve.shared_limits import KEEPER_RETRY_S, QuotaKeeper, SharedQuota
 from agentserve.spec import DeploymentSpec, hash_api_key
 from agentserve_bench.fake_engine import FakeEngine
 

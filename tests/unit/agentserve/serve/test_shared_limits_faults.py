@@ -9,9 +9,9 @@ import asyncio
 import contextlib
 
 import pytest
+from agentserve.admission import shared_limits
+from agentserve.admission.shared_limits import QuotaKeeper, SharedQuota
 from agentserve.api.errors import RateLimitError
-from agentserve.serve import shared_limits
-from agentserve.serve.shared_limits import QuotaKeeper, SharedQuota
 from test_shared_limits import FakeKeeperHandle, _spec, _tenant
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from agentserve.admission.shares import estimate_prompt_tokens
 from agentserve.api.errors import InvalidRequestError
 from agentserve.engine.protocol import Delta, aclose_stream
-from agentserve.serve.admission import estimate_prompt_tokens
 
 __all__ = ["MAX_BUFFERED_BYTES", "ResponseTooLargeError", "buffer_cap", "capped", "delta_bytes"]
 

@@ -1,7 +1,7 @@
 """Tenant limits that hold across ingress replicas.
 
 With `server.ingress_replicas` > 1 the app runs one QuotaKeeper deployment (one replica)
-holding the api/quota_book.QuotaBook, and every ingress replica admits the requests of
+holding the admission/quota_book.QuotaBook, and every ingress replica admits the requests of
 rate-limited tenants through it (SharedQuota): one Serve call at admission, and one
 `sync` call per ingress at least every RENEW_S that carries the leases finished since
 the last one and the list of the ingress's open leases. Calls are batched (group commit):
@@ -18,7 +18,7 @@ stalled or restarting keeper cannot hold a tenant's slot for minutes. A restarte
 adopts the open leases every sync lists, so its book is whole again at the first sync,
 and asks each ingress it never heard of for its window of the last minute (requests and
 charged tokens, from `mirror`) so requests_per_minute and tokens_per_minute survive it
-too (api/quota_book.py). Leases of an ingress that died are finished by the book after its
+too (admission/quota_book.py). Leases of an ingress that died are finished by the book after its
 LEASE_TTL_S.
 
 Failure: when the keeper cannot answer within CALL_TIMEOUT_S (stalled, restarting,
@@ -46,10 +46,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agentserve.api.auth import Tenant
-from agentserve.api.errors import RateLimitError
-from agentserve.api.quota import Lease, RateLimiter
-from agentserve.api.quota_book import (
+from agentserve.admission.quota import Lease, RateLimiter
+from agentserve.admission.quota_book import (
     DEFAULT_MAX_AGE_S,
     RENEW_S,
     Admission,
@@ -59,6 +57,8 @@ from agentserve.api.quota_book import (
     refusal_error,
     share_of,
 )
+from agentserve.api.auth import Tenant
+from agentserve.api.errors import RateLimitError
 
 __all__ = ["CALL_TIMEOUT_S", "KEEPER_RETRY_S", "LocalQuota", "QuotaKeeper", "SharedQuota"]
 

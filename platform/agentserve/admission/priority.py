@@ -1,7 +1,7 @@
 """Priority by SLA class: which admitted request is sent to a model's replicas next, which
 one is refused rather than served late, and the engine priority each request carries.
 
-Where requests wait: admission (serve/admission.py) bounds what a model holds, running and
+Where requests wait: admission (admission/shares.py) bounds what a model holds, running and
 queued (503 beyond). Of those, at most `replica_slots(model)` per ready replica are sent
 on: Serve's max_ongoing_requests of the model deployment (serve/app.py), that is
 max_num_seqs running in the engine and as many again queued inside it (in priority order,

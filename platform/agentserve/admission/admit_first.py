@@ -17,10 +17,10 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, Protocol
 
+from agentserve.admission.shares import AdmittedCall, token_reservation
 from agentserve.api.auth import Tenant
 from agentserve.api.validate import MAX_CHOICES
 from agentserve.engine.protocol import RequestKind
-from agentserve.serve.admission import AdmittedCall, token_reservation
 from agentserve.serve.parsing import INLINE_BODY_BYTES, RequestParser
 
 __all__ = ["admission_view", "parse_and_admit"]

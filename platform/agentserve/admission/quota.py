@@ -1,7 +1,7 @@
 """Per-tenant rate limits (requests/min, tokens/min, concurrent requests) -> 429.
 
 A 60 s sliding window per tenant; the clock is injected. Tokens are reserved at admission
-(the request's prompt estimate + its output limit, see serve/admission.py
+(the request's prompt estimate + its output limit, see admission/shares.py
 `token_reservation`) and settled when it ends: the reservation is released and the
 actual prompt + output tokens are charged. A request whose reservation does not fit what
 is left of the tenant's `tokens_per_minute` (charged tokens in the window plus the

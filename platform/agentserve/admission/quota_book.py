@@ -1,7 +1,7 @@
-"""One tenant-limits book shared by several ingress replicas (serve/shared_limits.py hosts it).
+"""One tenant-limits book shared by several ingress replicas (admission/shared_limits.py hosts it).
 
 Each ingress replica (an owner) asks the book to admit a request and later to finish its
-lease; the limits are those of api/quota.RateLimiter, kept once for all replicas, so a
+lease; the limits are those of admission/quota.RateLimiter, kept once for all replicas, so a
 tenant limited to 3 requests in flight gets 3 in all, not 3 per ingress. An ingress that
 dies cannot finish its leases: every owner renews itself at least every RENEW_S
 (`renew`, or any admit/finish), and the leases of an owner not heard from for LEASE_TTL_S
@@ -28,9 +28,9 @@ import math
 import time
 from collections.abc import Callable
 
+from agentserve.admission.quota import Lease, RateLimiter
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import APIError, InvalidRequestError, RateLimitError
-from agentserve.api.quota import Lease, RateLimiter
 
 __all__ = [
     "LEASE_TTL_S",

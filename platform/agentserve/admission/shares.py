@@ -20,9 +20,9 @@ from typing import Any
 
 from opentelemetry.trace import Span
 
+from agentserve.admission.quota import Lease
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import ModelNotFoundError, OverloadedError, RateLimitError
-from agentserve.api.quota import Lease
 from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.spec import DeploymentSpec, ModelSpec
 
@@ -58,7 +58,7 @@ class AdmittedCall(DeltaTracker):
     span: Span | None = None
     closed: bool = field(default=False)
     count: int = 1  # places it holds in the model's queue: its choices (n)
-    sent: int = 0  # slots it holds toward the model's replicas (serve/priority.py)
+    sent: int = 0  # slots it holds toward the model's replicas (admission/priority.py)
 
 
 class QueueShares:
