@@ -2,7 +2,7 @@
 model whose spec leaves it open, and the drafted tokens by batch size of each drafter left at
 `speculation_schedule: auto` (autoscale/spec_schedule.py `with_default_schedules`).
 
-It lives beside spec.py, not in the CLI, so that everything that turns a spec into a
+It lives beside spec/, not in the CLI, so that everything that turns a spec into a
 deployment (`agentserve up`, the benchmarks) resolves the same spec to the same models.
 The Kubernetes operator applies the schedule default (`with_default_schedules`, in
 resource.desired_from_cr) but not the method default (today): a CR's drafter is deployed as

@@ -2,7 +2,7 @@
 (`--host/--port/--trusted-host`) and every vLLM model's speculative method
 (`--speculation`).
 
-It lives beside spec.py, not in the CLI, so that `agentserve up` and the benchmarks
+It lives beside spec/, not in the CLI, so that `agentserve up` and the benchmarks
 (agentserve_bench) override a spec the same way.
 """
 

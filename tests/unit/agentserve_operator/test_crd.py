@@ -86,7 +86,7 @@ def test_crd_names_and_columns():
 
 
 def test_checked_in_files_match_the_generator():
-    """Fails when spec.py changed and `python -m agentserve_operator.chart --write` was not run."""
+    """Fails when spec/ changed and `python -m agentserve_operator.chart --write` was not run."""
     for path, text in chart.generated_files().items():
         assert path.read_text(encoding="utf-8") == text, f"{path} is stale: regenerate it"
     assert chart.main(["--check"]) == 0
