@@ -218,7 +218,7 @@ class Dispatcher:
         queue = self.queues[model]
         per = self.per_replica.get(model)
         queue.set_slots(ready * per if ready and per else None)
-        objective_s = tenant.sla.ttft_p95_ms / 1000
+        objective_s, _ = tenant.sla.seconds()
         if model in self.by_arrival:  # first come, first served; never shed
             await queue.acquire(0.0, count)
             return

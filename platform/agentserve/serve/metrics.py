@@ -104,7 +104,7 @@ def sla_objectives(spec, tenants=None) -> dict[str, tuple[float, float]]:
     autoscaling.open_mode_sla."""
     tenants = spec.tenants if tenants is None else tenants
     slas = {t.name: t.sla for t in tenants} or {OPEN_TENANT: spec.autoscaling.open_mode_sla}
-    return {name: (s.ttft_p95_ms / 1000, s.tpot_p95_ms / 1000) for name, s in slas.items()}
+    return {name: s.seconds() for name, s in slas.items()}
 
 
 class ModelLimits(NamedTuple):
