@@ -37,12 +37,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
 from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
+from agentserve.api.schema_check import SchemaTimeoutError
+from agentserve.api.schema_check import schema_error as _schema_error
 
 __all__ = [
     "MAX_CHOICES",
@@ -207,8 +206,15 @@ class SchemaCache:
     """Thread-safe LRU of meta-validation results: SHA-256 of a schema's canonical JSON
     -> None (valid) or the SchemaError's message and path."""
 
-    def __init__(self, entries: int = SCHEMA_CACHE_ENTRIES):
+    def __init__(
+        self,
+        entries: int = SCHEMA_CACHE_ENTRIES,
+        checker: Callable[[dict, str], tuple[str, str] | None] | None = None,
+    ):
+        """`checker(schema, canonical_text)` meta-validates a schema not in the cache
+        (default: in this thread; the ingress passes a SchemaProcess's check)."""
         self.entries = entries
+        self.checker = checker
         self.hits = self.misses = 0
         self._results: OrderedDict[str, tuple[str, str] | None] = OrderedDict()
         self._lock = threading.Lock()
@@ -377,7 +383,10 @@ def _check_all(
         if not known:
             if checkpoint is not None:
                 checkpoint()
-            result = _schema_error(schema)
+            try:
+                result = (cache.checker or _check_here)(schema, text)
+            except SchemaTimeoutError:
+                raise ValidationTimeoutError() from None
             cache.put(digest, result)
         if result is not None:
             inner, message = result
@@ -386,14 +395,5 @@ def _check_all(
             )
 
 
-def _schema_error(schema: dict) -> tuple[str, str] | None:
-    """None when `schema` is a valid JSON Schema, else (path inside it, message)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cls = validator_for(schema, default=Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except SchemaError as err:
-        inner = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
-        return inner, err.message
-    return None
+def _check_here(schema: dict, _text: str) -> tuple[str, str] | None:
+    return _schema_error(schema)

@@ -13,7 +13,10 @@ and past the time limit get 429 (validation_busy): they never hold threads anoth
 tenant needs (WORKER_THREADS serve 8 tenants at once; more wait for a thread in order).
 Work left when the limit passes stops at the next checkpoint (400 validation_timeout).
 Meta-validated schemas are cached per tenant (SchemaCache partitions): no tenant evicts
-another's entries or learns from the timing whether another tenant sent a schema.
+another's entries or learns from the timing whether another tenant sent a schema. The
+meta-validation itself (jsonschema's check_schema, the bulk of the work) runs in a child
+process (api/schema_check.py SchemaProcess): the worker thread waits for it without the
+GIL, so a flood of new schemas no longer takes the event loop's GIL.
 
 While a validation runs, the event loop waits for the GIL at most sys.getswitchinterval()
 each time it needs it; a request passes through the loop a dozen times, so the parser
@@ -37,6 +40,7 @@ from agentserve.api.auth import OPEN_TENANT
 from agentserve.api.body import decode_json
 from agentserve.api.errors import RateLimitError
 from agentserve.api.openai import parse_request
+from agentserve.api.schema_check import shared_schema_process
 from agentserve.api.validate import (
     SchemaCache,
     ValidationTimeoutError,
@@ -67,13 +71,14 @@ class RequestParser:
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
         self.gate = FairGate()
         self._caches: dict[str, SchemaCache] = {}
+        self.schemas = shared_schema_process()  # new schemas are checked in a child process
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._worker = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="agentserve-validate")
 
     def cache(self, tenant: str) -> SchemaCache:
         """`tenant`'s partition of the schema cache."""
         if tenant not in self._caches:
-            self._caches[tenant] = SchemaCache(TENANT_CACHE_ENTRIES)
+            self._caches[tenant] = SchemaCache(TENANT_CACHE_ENTRIES, self.schemas.check)
         return self._caches[tenant]
 
     async def parse(

@@ -1,0 +1,155 @@
+"""Meta-validation of one JSON Schema (is it a valid schema?), the expensive part of
+checking a request's tools, in this process or in a child process.
+
+The ingress checks schemas it has not seen from a tenant before in `SchemaProcess`'s
+child: the work is pure CPU in jsonschema, and in the ingress's own process it would hold
+the GIL that the event loop needs for every other tenant's requests. A process has its
+own GIL, so a tenant flooding the ingress with new schemas costs the others a core's
+share at most, not the loop's latency. Results are small ((path, message) or None), the
+schema travels as its canonical JSON text. Light imports only: the child imports this
+module alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from multiprocessing import get_context
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+
+__all__ = [
+    "SchemaProcess",
+    "SchemaTimeoutError",
+    "schema_error",
+    "schema_text_error",
+    "shared_schema_process",
+]
+
+Result = tuple[str, str] | None
+STARTUP_S = 120.0  # a spawned child re-imports the parent's main module: seconds, not ms
+
+
+def schema_error(schema: dict[str, Any]) -> Result:
+    """None when `schema` is a valid JSON Schema, else (path inside it, message)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as err:
+        inner = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
+        return inner, err.message
+    return None
+
+
+def schema_text_error(text: str) -> Result:
+    """schema_error of a schema given as JSON text (what the child receives)."""
+    return schema_error(json.loads(text))
+
+
+class SchemaTimeoutError(TimeoutError):
+    """The child did not answer within the time allowed (it is replaced)."""
+
+
+class SchemaProcess:
+    """One child process that meta-validates schemas, started on first use. `check` blocks
+    the calling thread (not holding the GIL) until the child answers; a child that takes
+    longer than `timeout_s` on one schema is killed and replaced, and the call raises
+    SchemaTimeoutError. Until the child is up, and where none can be started
+    (AGENTSERVE_SCHEMA_PROCESS=0, or a platform without process support), schemas are
+    checked in the calling thread."""
+
+    def __init__(self, timeout_s: float = 5.0) -> None:
+        self.timeout_s = timeout_s
+        self.in_process = os.environ.get("AGENTSERVE_SCHEMA_PROCESS", "1") == "0"
+        self._pool: ProcessPoolExecutor | None = None
+        self._ready = threading.Event()  # the child answered its first check
+        self._lock = threading.Lock()
+        self._closed = self._started = False
+
+    def check(self, schema: dict[str, Any], text: str) -> Result:
+        """(path, message) or None; in the calling thread until the child is up (the first
+        call starts it: no child for a process that never sees a new schema)."""
+        pool = self._pool if self._ready.is_set() else None
+        if pool is None:
+            if not self.in_process and not self._started:
+                self._start()
+            return schema_error(schema)
+        try:
+            future = pool.submit(schema_text_error, text)
+        except RuntimeError:  # the pool broke or closed under us: answer here
+            return schema_error(schema)
+        try:
+            return future.result(self.timeout_s)
+        except FutureTimeout:
+            self._replace(pool)
+            raise SchemaTimeoutError(f"schema check took over {self.timeout_s:g} s") from None
+
+    def _start(self) -> None:
+        """Start a child in the background (a spawned interpreter takes seconds to come up:
+        until it answers, schemas are checked in the calling thread)."""
+        with self._lock:
+            if self._started or self._closed:
+                return
+            self._started = True
+        threading.Thread(target=self._warm, name="agentserve-schema-child", daemon=True).start()
+
+    def _warm(self) -> None:
+        try:
+            pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+            pool.submit(schema_text_error, "{}").result(STARTUP_S)
+        except Exception:  # no child here (or it failed to come up): stay in-thread
+            with self._lock:
+                self.in_process, self._started = True, False
+            return
+        with self._lock:
+            self._started = False
+            if self._closed:
+                pool.shutdown(wait=False, cancel_futures=True)
+                return
+            self._pool = pool
+            self._ready.set()
+
+    def _replace(self, pool: ProcessPoolExecutor) -> None:
+        """Kill a child stuck on a schema and start another."""
+        with self._lock:
+            if self._pool is not pool:
+                return  # another thread replaced it already
+            self._pool = None
+            self._ready.clear()
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.kill()  # a schema that hangs jsonschema: the child cannot be asked
+        pool.shutdown(wait=False, cancel_futures=True)
+        if not self._closed:
+            self._start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+_SHARED: SchemaProcess | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_schema_process() -> SchemaProcess:
+    """The process-wide SchemaProcess (one child per ingress process, however many
+    parsers it builds); closed at exit."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = SchemaProcess()
+            atexit.register(_SHARED.close)
+        return _SHARED
