@@ -3,8 +3,12 @@
 A CR's `spec` is a DeploymentSpec plus one `kubernetes` object (image, model volume, API-key
 Secret, sizes). Tenants may leave `api_key_sha256` out when the referenced Secret holds their
 key; the operator hashes it, so keys never appear in the CR, the ConfigMap or the RayService.
-Each drafter left at `speculation_schedule: auto` gets the batch-size schedule `agentserve up`
-gives it (spec_defaults.with_default_schedules), so the ConfigMap and RayService carry it.
+Speculation follows the rule `agentserve up` follows (spec_defaults.resolve_drafters): a
+model that leaves `drafter.enabled` unset speculates with the method measured fastest through
+the server on the kind of machine its replicas run on ("cuda" for GPU replicas; CPU replicas
+on a cluster are of no known kind, so plain decoding), and each drafter left at
+`speculation_schedule: auto` gets its batch-size schedule, so the ConfigMap and RayService
+carry both.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from agentserve.spec import (
     hash_api_key,
     spec_from_dict,
 )
-from agentserve.spec_defaults import with_default_schedules
+from agentserve.spec_defaults import resolve_drafters
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 __all__ = [
@@ -260,6 +264,13 @@ def kube_spec_of(cr: dict[str, Any]) -> KubernetesSpec:
     return _kube_spec((cr.get("spec") or {}).get("kubernetes") or {})
 
 
+def replica_machine(spec) -> str:
+    """The kind of machine a cluster deployment's replicas run on, for the speculation
+    default: "cuda" when any model asks for GPUs, else "cpu" (a cluster's CPU nodes are of
+    no kind the operator can know, and no default is measured for an unknown kind)."""
+    return "cuda" if any(m.replicas.num_gpus > 0 for m in spec.models) else "cpu"
+
+
 def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None, *,
                     key_salt: str | None = None) -> Desired:  # fmt: skip
     """Validate a CR body; `secret_data` is the API-key Secret's decoded data (None: absent),
@@ -288,7 +299,8 @@ def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None, *,
     if raw["server"].get("ingress_replicas") is None:
         raw["server"]["ingress_replicas"] = CLUSTER_INGRESS_REPLICAS
     try:
-        spec = with_default_schedules(spec_from_dict(raw, source=f"AgentServe {meta.get('name')}"))
+        spec = spec_from_dict(raw, source=f"AgentServe {meta.get('name')}")
+        spec, _ = resolve_drafters(spec, machine=replica_machine(spec))
     except SpecError as err:
         raise InvalidResource(str(err), err.errors) from None
     if kube.hub_offline and kube.hub_cache is None and hub_ids(spec):

@@ -4,9 +4,8 @@ model whose spec leaves it open, and the drafted tokens by batch size of each dr
 
 It lives beside spec/, not in the CLI, so that everything that turns a spec into a
 deployment (`agentserve up`, the benchmarks) resolves the same spec to the same models.
-The Kubernetes operator applies the schedule default (`with_default_schedules`, in
-resource.desired_from_cr) but not the method default (today): a CR's drafter is deployed as
-written, so the bundled model with `drafter.enabled` unset runs without speculation there.
+The Kubernetes operator applies the same rule (resource.desired_from_cr calls
+`resolve_drafters` with the kind of machine its replicas run on, and no calibration).
 """
 
 from __future__ import annotations
@@ -95,14 +94,20 @@ def resolve_drafters(
     flag: bool | None = None,
     progress: Callable[[str], None] | None = None,
     decisions: dict[str, dict] | None = None,
+    machine: str | None = None,
 ) -> tuple[DeploymentSpec, list[str]]:
     """`with_default_drafters` with the shipped drafters and the default methods: measured
     through the server for this kind of machine (agentserve.drafters), else calibrated on
     this machine (agentserve.calibration; `progress` hears about a first measurement). The
     spec as `agentserve up` serves it, and notes for the user; `decisions` (when given)
-    receives {model: how its speculation was decided} for the metrics."""
-    machine = machine_class()
-    choice = _calibrate(spec, flag, machine, progress)
+    receives {model: how its speculation was decided} for the metrics.
+
+    `machine`: the kind of machine the replicas run on (a cpu_class or "cuda"), when it is
+    not this one: the operator passes it, and no calibration runs (this machine's step
+    costs say nothing about the replicas')."""
+    here = machine is None
+    machine = machine or machine_class()
+    choice = _calibrate(spec, flag, machine, progress) if here else None
     if choice is None:
         resolved, notes = with_default_drafters(
             spec,

@@ -17,7 +17,13 @@ DRAFTERLESS_METHODS = ("ngram", "suffix", "mtp")
 class DrafterSpec(_Spec):
     """Speculative decoding drafter for one model (vLLM speculative_config)."""
 
-    enabled: bool = Field(False, description="Speculate with the drafter.")
+    enabled: bool = Field(
+        False,
+        description="Speculate with the drafter. Unset on the bundled model: the method "
+        "measured fastest through the server on the kind of machine the replicas run on "
+        "(agentserve up: this machine, calibrated where unmeasured; Kubernetes: GPU replicas "
+        "as 'cuda', CPU replicas of unknown kind), plain decoding where none is measured.",
+    )
     path: str | None = Field(
         None,
         description="Drafter: a Hugging Face id (e.g. z-lab/Qwen3-8B-DFlash-b16, downloaded "
