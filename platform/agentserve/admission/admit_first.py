@@ -12,10 +12,9 @@ first and the 400 names it.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Any
 
 from agentserve.admission.shares import AdmittedCall, token_reservation
 from agentserve.api.auth import Tenant
@@ -23,53 +22,39 @@ from agentserve.api.validate import MAX_CHOICES
 from agentserve.engine.protocol import RequestKind
 from agentserve.serve.parsing import INLINE_BODY_BYTES, RequestParser
 
-__all__ = ["admission_view", "parse_and_admit"]
+__all__ = ["Admission", "admission_view", "parse_and_admit"]
 
-CLIENT_CLOSED = 499
-
-
-class _Ingress(Protocol):
-    parser: RequestParser
-    max_model_len: dict[str, int]
-
-    async def admit(
-        self, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
-    ) -> AdmittedCall: ...
-
-    def close(self, call: AdmittedCall, status: int) -> None: ...
+# (model, tenant, tokens to reserve, places) -> the admitted call; 404/429/503 as APIError
+Admission = Callable[[str, Tenant, int, int], Awaitable[AdmittedCall]]
 
 
 async def parse_and_admit(
-    ingress: _Ingress,
+    parser: RequestParser,
+    admit: Admission,
     kind: RequestKind,
     raw: bytes,
     translate: Callable[[Any], Any] | None,
     tenant: Tenant,
-) -> tuple[Any, AdmittedCall]:
-    """(validated request, its admission): 400/404/429/503 as APIError; an admitted
-    request that then fails validation is closed with the error's status."""
-    parser = ingress.parser
+) -> Any:
+    """The validated request, admitted through `admit`: 400/404/429/503 as APIError. A
+    request admitted before its check may then fail it: the caller holds what `admit`
+    took (serve/stages.py gives it back)."""
     large = len(raw) > INLINE_BODY_BYTES
     data = await parser.decode(raw, translate, tenant.name)
     view = admission_view(kind, data) if (large or parser.heavy(data)) else None
     if view is None:
         body = await parser.validate(kind, data, tenant.name, large=large)
-        return body, await _admit(ingress, kind, body, tenant)
-    call = await _admit(ingress, kind, view, tenant)
-    try:
-        body = await parser.validate(kind, data, tenant.name, large=large)
-    except asyncio.CancelledError:
-        ingress.close(call, CLIENT_CLOSED)
-        raise
-    except BaseException as err:
-        ingress.close(call, getattr(err, "status", 500))
-        raise
-    return body, call
+        await _admit(parser, admit, kind, body, tenant)
+        return body
+    await _admit(parser, admit, kind, view, tenant)
+    return await parser.validate(kind, data, tenant.name, large=large)
 
 
-async def _admit(ingress: _Ingress, kind: RequestKind, body: Any, tenant: Tenant) -> AdmittedCall:
-    reserve = token_reservation(kind, body, ingress.max_model_len.get(body.model))
-    return await ingress.admit(body.model, tenant, reserve, count=body.n or 1)
+async def _admit(
+    parser: RequestParser, admit: Admission, kind: RequestKind, body: Any, tenant: Tenant
+) -> AdmittedCall:
+    reserve = token_reservation(kind, body, parser.max_model_len.get(body.model))
+    return await admit(body.model, tenant, reserve, body.n or 1)
 
 
 def admission_view(kind: RequestKind, data: Any) -> SimpleNamespace | None:

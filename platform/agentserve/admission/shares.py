@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.trace import Span
-
 from agentserve.admission.quota import Lease
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import ModelNotFoundError, OverloadedError, RateLimitError
@@ -49,13 +47,12 @@ def ingress_replicas(spec: DeploymentSpec) -> int:
 @dataclass
 class AdmittedCall(DeltaTracker):
     """One admitted request's bookkeeping: its stream so far (DeltaTracker, fed each delta
-    with the ingress clock), its lease and places; `close` runs exactly once."""
+    with the ingress clock), its lease and places; closed exactly once (serve/stages.py)."""
 
     model: str
     tenant: str
     start: float
     lease: Lease
-    span: Span | None = None
     closed: bool = field(default=False)
     count: int = 1  # places it holds in the model's queue: its choices (n)
     sent: int = 0  # slots it holds toward the model's replicas (admission/priority.py)

@@ -1,0 +1,298 @@
+"""The stages of the ingress's request path that take something a request must give back,
+each with one job and one undo; serve/ingress.py composes them, in this order:
+
+  Held      what one request holds (span, admission, engine stream, status); the close
+            stage gives it all back, once
+  Admit     3. parse and 4. admit: the body validated, places taken in the model's queue
+            and the tenant's limits (admission/); undo: give them back
+  Dispatch  5. dispatch: poison and buffer checks, the engine request, a slot toward the
+            replicas (earliest deadline first), the engine stream opened (migrating, n
+            choices merged, capped) and its first delta; undo: close the stream, free the
+            slots
+  Close     7. close: the undos in reverse order, then metrics and the ingress span
+
+Authenticate (api/auth.py) and read (api/body.py) take nothing; 6. stream is
+serve/reply.py. Ray-free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from opentelemetry.trace import Span, Tracer
+
+from agentserve.admission.admit_first import parse_and_admit
+from agentserve.admission.priority import Dispatcher
+from agentserve.admission.response_budget import buffer_cap, capped
+from agentserve.admission.shared_limits import LocalQuota, SharedQuota
+from agentserve.admission.shares import AdmittedCall, QueueShares, ingress_replicas
+from agentserve.api.auth import Tenant
+from agentserve.api.cache_salt import CacheSalter, salt_key
+from agentserve.api.errors import APIError, OverloadedError
+from agentserve.api.responses import ResponsesRequest
+from agentserve.engine.protocol import (
+    Delta,
+    EngineRequest,
+    EngineRequestError,
+    EngineUnavailableError,
+    RequestKind,
+    aclose_stream,
+)
+from agentserve.serve import spans
+from agentserve.serve.backend import ModelBackend
+from agentserve.serve.engine_request import engine_headers, engine_request
+from agentserve.serve.fanout import fan_out
+from agentserve.serve.metrics import ServingMetrics
+from agentserve.serve.migrate import migrating
+from agentserve.serve.parsing import RequestParser
+from agentserve.serve.poison import PoisonList
+from agentserve.spec import DeploymentSpec
+
+__all__ = ["CLIENT_CLOSED", "Admit", "Backends", "Close", "Dispatch", "Held", "Quota"]
+__all__ += ["status_of"]
+
+CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
+COLD_START_RETRY_AFTER_S = 10.0
+Quota = LocalQuota | SharedQuota  # admission/shared_limits.py
+Backends = Mapping[str, ModelBackend]  # model name -> its backend (serve/backend.py)
+
+
+def status_of(err: BaseException) -> int:
+    """The HTTP status a request that ended with `err` is recorded with."""
+    if isinstance(err, (asyncio.CancelledError, GeneratorExit)):  # the client went away
+        return CLIENT_CLOSED
+    if isinstance(err, (APIError, EngineRequestError)):
+        return err.status
+    return 503 if isinstance(err, EngineUnavailableError) else 500
+
+
+@dataclass
+class Held:
+    """What one request holds on the path; `status` is set once, by whoever decides it."""
+
+    span: Span
+    call: AdmittedCall | None = None  # Admit: places in the queue, a lease
+    stream: AsyncIterator[Delta] | None = None  # Dispatch: the engine stream (and call.sent)
+    status: int | None = None
+
+    @classmethod
+    def start(cls, tracer: Tracer, kind: RequestKind, request: Request) -> Held:
+        """The ingress span, a child of the caller's valid traceparent (serve/spans.py)."""
+        return cls(spans.start_ingress(tracer, kind, request.headers))
+
+    def finish(self, status: int) -> None:
+        """The request's outcome; the first one set stands."""
+        if self.status is None:
+            self.status = status
+
+    def fail(self, err: BaseException, responses: ResponsesRequest | None) -> None:
+        """The request ended with `err`: its status, and for /v1/responses the Responses
+        names of the parameters in the error (api/responses.py)."""
+        self.finish(status_of(err))
+        if responses is not None and isinstance(err, (APIError, EngineRequestError)):
+            responses.rename(err)
+
+
+class Admit:
+    """3. parse and 4. admit. Parse off the event loop (serve/parsing.py), in the order
+    admission/admit_first.py picks; admit into the model's queue (admission/shares.py: 404,
+    503 full, 429 past the tenant's fair share) and the tenant's limits (admission/quota.py,
+    reserving tokens: 429)."""
+
+    def __init__(
+        self,
+        spec: DeploymentSpec,
+        models: Mapping[str, int],  # served model -> its capacity
+        metrics: ServingMetrics,
+        clock: Callable[[], float],
+        quota: Quota | None = None,
+    ):
+        self.max_model_len = {m.name: m.max_model_len for m in spec.models}
+        self.parser = RequestParser(self.max_model_len)
+        self.shares = QueueShares(models, spec.server.max_queue_len)
+        self.quota = quota or LocalQuota(clock)
+        self.metrics, self.clock = metrics, clock
+
+    async def __call__(
+        self,
+        kind: RequestKind,
+        raw: bytes,
+        tenant: Tenant,
+        responses: ResponsesRequest | None,
+        held: Held,
+    ) -> Any:
+        """The validated request; its admission is on `held` as soon as it is taken, so a
+        body admitted before its check and then refused is given back by the close."""
+        translate = responses.translate if responses is not None else None
+
+        async def admit(model: str, tenant: Tenant, reserve: int, count: int) -> AdmittedCall:
+            held.call = await self.admit(model, tenant, reserve, count)
+            return held.call
+
+        return await parse_and_admit(self.parser, admit, kind, raw, translate, tenant)
+
+    async def admit(
+        self, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
+    ) -> AdmittedCall:
+        """Take `count` places (its choices) in the model's queue and one in the tenant's
+        limits, reserving `reserve_tokens`."""
+        self.shares.admit(model, tenant, count)
+        try:
+            lease = await self.quota.admit(tenant, reserve_tokens, count)  # n counts n
+        except BaseException:
+            self.shares.release(model, tenant.name, count)
+            raise
+        self.metrics.in_flight.labels(model).inc()
+        self.metrics.queued.labels(model).inc()
+        return AdmittedCall(model, tenant.name, self.clock(), lease, count=count)
+
+    def see(self, call: AdmittedCall, delta: Delta) -> None:
+        """Count `delta` on `call`; its first output ends its time as queued."""
+        if call.see(delta, self.clock()):
+            self.metrics.queued.labels(call.model).dec()
+
+    def undo(self, call: AdmittedCall) -> None:
+        if call.first is None:
+            self.metrics.queued.labels(call.model).dec()
+        self.shares.release(call.model, call.tenant, call.count)
+        self.metrics.in_flight.labels(call.model).dec()
+        call.lease.finish(call.prompt_tokens + call.completion_tokens)
+
+
+class Dispatch:
+    """5. dispatch: from an admitted request to its first delta."""
+
+    def __init__(
+        self,
+        spec: DeploymentSpec,
+        backends: Backends,
+        admit: Admit,
+        clock: Callable[[], float],
+    ):
+        self.spec, self.backends, self.admit = spec, backends, admit
+        self.dispatcher = Dispatcher(spec.models, list(backends), ingress_replicas(spec))
+        self.salter = CacheSalter(salt_key())  # shared by all ingress replicas
+        self.poison = PoisonList(clock)  # requests that crashed replicas (serve/poison.py)
+
+    async def __call__(
+        self, kind: RequestKind, body: Any, request: Request, tenant: Tenant, held: Held
+    ) -> tuple[str, Delta]:
+        """(engine request id, first delta): 400 for a request that crashed replicas or
+        whose answer is too large to buffer, 429 for a batch request past its deadline,
+        the engine's 4xx, 503 when it is unavailable or a cold start takes too long."""
+        call, model = held.call, body.model
+        self.poison.check(tenant.name, kind, body)
+        cap = buffer_cap(kind, body, self.admit.max_model_len.get(model))  # None: a stream
+        engine_request = self._engine_request(kind, body, request, tenant, held.span)
+        ready = await self.backends[model].ready_replicas()
+        await self.dispatcher.send(model, tenant, call.count, ready)  # earliest deadline first
+        call.sent = call.count
+        held.stream = capped(self._open(kind, body, tenant, engine_request), cap)
+        first = await self._first_or_hold(model, held.stream, ready)
+        self.admit.see(call, first)
+        return engine_request.request_id, first
+
+    def _engine_request(
+        self, kind: RequestKind, body: Any, request: Request, tenant: Tenant, span: Span
+    ) -> EngineRequest:
+        """`body` (left as parsed) with this ingress's decisions (serve/engine_request.py)."""
+        headers = engine_headers(span, request.headers, tenant.name)
+        priority = self.dispatcher.priority(body.model, tenant)  # admission/priority.py
+        salt = self.salter.salt(tenant.name, body.cache_salt)  # no shared prefixes
+        return engine_request(
+            kind, body, request_id=uuid.uuid4().hex, headers=headers, priority=priority,
+            cache_salt=salt,
+        )  # fmt: skip
+
+    def _open(
+        self, kind: RequestKind, body: Any, tenant: Tenant, request: EngineRequest
+    ) -> AsyncIterator[Delta]:
+        """The engine stream: one engine request per choice (n > 1: merged), each
+        continued on another replica when its replica dies (serve/migrate.py)."""
+        model = body.model
+        return fan_out(
+            request,
+            lambda r: migrating(
+                self.backends[model].generate,
+                r,
+                self.spec.server.max_migrations,
+                on_migrate=lambda _: self.admit.metrics.migrations.labels(model).inc(),
+                on_poison=lambda: self.poison.add(tenant.name, kind, body),
+            ),
+        )
+
+    async def _first_or_hold(
+        self, model: str, stream: AsyncIterator[Delta], ready: int | None
+    ) -> Delta:
+        """The first delta. While the model has no ready replica (scaled to zero or
+        starting), the request is held (it waits in Serve's router, which is also what
+        triggers the scale-up) for at most cold_start_hold_timeout_s, then refused with
+        503 and Retry-After. `ready`: the model's ready replicas (None = unknown)."""
+        if ready is None or ready > 0:
+            return await _first_delta(stream)
+        hold_s = self.spec.autoscaling.cold_start_hold_timeout_s
+        try:
+            return await asyncio.wait_for(_first_delta(stream), hold_s)
+        except TimeoutError:
+            raise OverloadedError(
+                f"model {model!r} is starting (no ready replica) and did not answer within "
+                f"{hold_s:g} s; retry later",
+                retry_after_s=COLD_START_RETRY_AFTER_S,
+            ) from None
+
+    async def undo(self, held: Held) -> None:
+        if held.stream is not None:
+            await aclose_stream(held.stream)  # the engine aborts what is left
+        if held.call is not None and held.call.sent:
+            self.dispatcher.release(held.call.model, held.call.sent)
+            held.call.sent = 0
+
+
+async def _first_delta(stream: AsyncIterator[Delta]) -> Delta:
+    try:
+        return await anext(stream)
+    except StopAsyncIteration:
+        raise EngineUnavailableError("the engine ended the request without output") from None
+
+
+class Close:
+    """7. close: give back what `held` holds, in reverse order (Dispatch, then Admit), and
+    record the request once: metrics (serve/metrics.py) and the ingress span."""
+
+    def __init__(self, admit: Admit, dispatch: Dispatch):
+        self.admit, self.dispatch = admit, dispatch
+
+    async def __call__(self, held: Held) -> None:
+        status, call = held.status or 500, held.call
+        await self.dispatch.undo(held)
+        if call is None:  # refused before admission
+            spans.end_ingress(held.span, status)
+            return
+        if call.closed:
+            return
+        call.closed = True
+        self.admit.undo(call)
+        self.admit.metrics.observe_request(
+            call.model,
+            call.tenant,
+            ttft_s=call.ttft(call.start),
+            decode_s=call.decode_time(),
+            prompt_tokens=call.prompt_tokens,
+            output_tokens=call.completion_tokens,
+            status=status,
+        )
+        spans.end_ingress(
+            held.span,
+            status,
+            model=call.model,
+            tenant=call.tenant,
+            ttft_s=call.ttft(call.start),
+            prompt_tokens=call.prompt_tokens,
+            output_tokens=call.completion_tokens,
+            finish_reason=call.finish_reason,
+        )
