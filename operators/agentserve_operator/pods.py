@@ -41,6 +41,10 @@ DASHBOARD_PORT = 8265  # KubeRay's head probe: localhost:8265/api/gcs_healthz
 DASHBOARD_AGENT_PORT = 52365  # KubeRay's probes: localhost:52365/api/local_raylet_healthz
 RAY_METRICS_PORT = 8080  # Ray's metrics export on every pod (Ray's, and vLLM's via Ray)
 HUB_CACHE_MOUNT = "/hf-cache"  # per-pod cache when kubernetes.hub_cache is not set
+# vLLM's compile cache (VLLM_CACHE_ROOT): a restarted engine loads what a first start compiled
+# (about a minute on CPU, see docs/benchmarks.md "startup"). On the hub cache claim when there
+# is one (kept across pods and shared by every replica that mounts it), else per pod.
+ENGINE_CACHE_MOUNT = "/engine-cache"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 AUTOSCALER_TOKEN_VOLUME = "autoscaler-token"
 
@@ -106,7 +110,17 @@ def _volumes(d: r.Desired, *, worker: bool) -> tuple[list[dict[str, Any]], list[
         volumes.append({"name": "hf-cache", "emptyDir": {}})
     if cache is not None:
         mounts.append({"name": "hf-cache", "mountPath": cache})
+    if d.kube.hub_cache is None:
+        volumes.append({"name": "engine-cache", "emptyDir": {}})
+        mounts.append({"name": "engine-cache", "mountPath": ENGINE_CACHE_MOUNT})
     return volumes, mounts
+
+
+def _engine_cache_path(d: r.Desired) -> str:
+    """VLLM_CACHE_ROOT of the worker pods: beside the hub cache on its claim, else per pod."""
+    if d.kube.hub_cache is not None:
+        return f"{d.kube.hub_cache.mount_path.rstrip('/')}/vllm"
+    return ENGINE_CACHE_MOUNT
 
 
 def _hub_cache_path(d: r.Desired) -> str | None:
@@ -120,7 +134,8 @@ def _hub_cache_path(d: r.Desired) -> str | None:
 def _env(d: r.Desired, *, worker: bool) -> list[dict[str, Any]]:
     """Pod environment: the spec path, the user's `env`, and on workers the Hugging Face hub
     settings (offline unless a source is a Hugging Face id to download; HF_HOME on the cache;
-    HF_TOKEN from an optional Secret key: a public model starts without it)."""
+    HF_TOKEN from an optional Secret key: a public model starts without it) and vLLM's
+    compile cache (VLLM_CACHE_ROOT)."""
     env: list[dict[str, Any]] = [{"name": "AGENTSERVE_SPEC", "value": f"{SPEC_MOUNT}/spec.yaml"}]
     env += [{"name": k, "value": v} for k, v in sorted(d.kube.env.items())]
     if not worker:
@@ -130,6 +145,8 @@ def _env(d: r.Desired, *, worker: bool) -> list[dict[str, Any]]:
     cache = _hub_cache_path(d)
     if cache is not None:
         env.append({"name": "HF_HOME", "value": cache})
+    if "VLLM_CACHE_ROOT" not in d.kube.env:  # the user's own location wins
+        env.append({"name": "VLLM_CACHE_ROOT", "value": _engine_cache_path(d)})
     if d.kube.hf_token_secret:
         ref = {"name": d.kube.hf_token_secret, "key": d.kube.hf_token_key, "optional": True}
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})

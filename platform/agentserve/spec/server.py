@@ -65,7 +65,7 @@ class ServerSpec(_Spec):
         le=16,
         description="Ingress replicas, each serving the whole API (Serve's proxy spreads "
         "requests over them, so one can die without taking every stream); tenant limits hold "
-        "across them (serve/shared_limits.py). With metrics_port set, replica k of a node "
+        "across them (admission/shared_limits.py). With metrics_port set, replica k of a node "
         "serves the admin endpoints on metrics_port + k. null = 1 with `agentserve up`, 2 in "
         "a cluster (the operator).",
     )

@@ -97,3 +97,22 @@ def test_without_a_claim_each_pod_downloads_into_its_own_volume():
     local = [{"name": "q", "source": "/models/q", "replicas": {"num_gpus": 1}}]
     template = _worker({"api_key_secret": "demo-keys"}, local)
     assert "initContainers" not in template["spec"] and "hf-cache" not in str(template)
+
+
+def _mounts(template) -> dict:
+    [container] = template["spec"]["containers"]
+    return {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
+
+
+def test_the_compile_cache_is_on_the_hub_claim_else_per_pod():
+    """vLLM's compile cache (VLLM_CACHE_ROOT): a restarted engine loads it instead of
+    compiling again. On the hub cache claim it outlives pods and is shared by replicas."""
+    shared = _worker({"api_key_secret": "demo-keys", "hub_cache": {"claim_name": "hf"}})
+    assert _env(shared)["VLLM_CACHE_ROOT"] == f"{_mounts(shared)['hf-cache']}/vllm"
+    assert "engine-cache" not in _mounts(shared)
+    alone = _worker({"api_key_secret": "demo-keys"})
+    assert _env(alone)["VLLM_CACHE_ROOT"] == _mounts(alone)["engine-cache"] == "/engine-cache"
+    volumes = {v["name"]: v for v in alone["spec"]["volumes"]}
+    assert volumes["engine-cache"] == {"name": "engine-cache", "emptyDir": {}}
+    mine = _worker({"api_key_secret": "demo-keys", "env": {"VLLM_CACHE_ROOT": "/mine"}})
+    assert _env(mine)["VLLM_CACHE_ROOT"] == "/mine"  # the user's setting wins
