@@ -38,6 +38,10 @@ class Sla(NamedTuple):
     ttft_ms: float
     tpot_ms: float
 
+    def seconds(self) -> tuple[float, float]:
+        """(TTFT, TPOT) objectives in seconds (as spec.SLASpec.seconds)."""
+        return self.ttft_ms / 1000.0, self.tpot_ms / 1000.0
+
 
 @dataclass(frozen=True)
 class TenantLatency:

@@ -37,6 +37,7 @@ from agentserve.engine.protocol import (
     EngineDeadError,
     EngineGoneError,
     EngineRequest,
+    aclose_stream,
 )
 from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.serve.poison import POISON_DEATHS, PoisonRequestError
@@ -195,7 +196,7 @@ async def migrating(
                 max_migrations,
             )
         finally:
-            await _aclose(stream)
+            await aclose_stream(stream)
         if on_migrate is not None:
             on_migrate(attempt)
         await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1])
@@ -209,8 +210,3 @@ def _can_continue(request: EngineRequest, progress: Progress) -> bool:
 def _empty(delta: Delta) -> bool:
     return not delta.visible
 
-
-async def _aclose(stream: AsyncIterator[Delta]) -> None:
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        await aclose()

@@ -185,8 +185,7 @@ def sim_config_for(sc: Scenario) -> SimConfig:
         replica_start_s=sc.replica_start_s,
         priority=sc.priority,
         tenants={
-            name: QueueClass(sla.ttft_ms / 1000, SLA_CLASSES.get(name))
-            for name, sla in SLAS.items()
+            name: QueueClass(sla.seconds()[0], SLA_CLASSES.get(name)) for name, sla in SLAS.items()
         },
     )
 
@@ -333,7 +332,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         bottom.plot(t, ttft, label=name)
     top.set_ylabel("replicas")
     bottom.set_ylabel("interactive p95 TTFT (s, 30 s window)")
-    bottom.axhline(SLAS["interactive"].ttft_ms / 1000, color="k", linestyle="--", linewidth=0.8)
+    bottom.axhline(SLAS["interactive"].seconds()[0], color="k", linestyle="--", linewidth=0.8)
     bottom.set_yscale("log")
     bottom.set_xlabel("minutes")
     top.legend(loc="upper left", fontsize=8)
