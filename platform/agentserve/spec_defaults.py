@@ -37,6 +37,7 @@ def with_default_drafters(
     why_default: Callable[[str], str] = lambda _: "no default speculative method for it",
     default_tokens: Callable[[str], int | None] = lambda _: None,
     default_dtype: Callable[[str], str | None] = lambda _: None,
+    machine: str | None = None,
 ) -> tuple[DeploymentSpec, list[str]]:
     """Decide each model's speculation; return the spec and notes for the user.
 
@@ -45,7 +46,8 @@ def with_default_drafters(
     unset speculates with `default_method(source)` (the measured-fastest method; the spec's
     `drafter.method` wins when set), drafting at most `default_tokens(source)` tokens where
     the spec leaves num_speculative_tokens unset, in `default_dtype(source)` where the spec
-    leaves dtype unset (None: the spec's); dflash needs `shipped(source)`.
+    leaves dtype unset (None: the spec's); dflash needs `shipped(source)`. The schedules
+    come from the latency model of `machine` (the replicas' kind; None: this machine).
     """
     data = spec.model_dump(mode="json")
     notes = []
@@ -86,7 +88,7 @@ def with_default_drafters(
                 "speculative decoding (train one with `agentserve train-drafter`)"
             )
     resolved = spec_from_dict(data, source="(with drafter defaults)")
-    return with_default_schedules(resolved), notes
+    return with_default_schedules(resolved, machine), notes
 
 
 def resolve_drafters(
@@ -116,6 +118,7 @@ def resolve_drafters(
             lambda source: default_speculation(source, machine),
             lambda source: default_speculation_reason(source, machine),
             lambda source: default_speculation_tokens(source, machine),
+            machine=None if here else machine,
         )
         decided_by = "served figures" if _measured(machine) else "no figures"
     else:
@@ -127,7 +130,7 @@ def resolve_drafters(
             lambda _: f"calibrated on this machine ({machine}): {choice.reason}",
             lambda _: choice.num_speculative_tokens or None,
             lambda _: choice.dtype,
-        )
+        )  # calibrated here: the schedules come from this machine's (cached) step costs
         if choice.method is not None:
             notes.append(f"speculation calibrated on this machine ({machine}): {choice.reason}")
         decided_by = "calibration"

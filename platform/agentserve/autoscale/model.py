@@ -6,7 +6,9 @@ verifies (batch x (1 + drafted)) stay under `knee_tokens` (memory bound), then g
 `per_token_ms` per token (compute bound). Acceptance is geometric: each drafted token is
 accepted with probability alpha(b) = alpha_1 - alpha_drop_per_doubling * log2(b), so the
 mean tokens emitted per verify step is tau = (1 - alpha^(k+1)) / (1 - alpha).
-Time per output token (TPOT) = step_ms / tau.
+Time per output token (TPOT) = step_ms / tau. A step that verifies drafted tokens costs
+`speculative_step_factor` times the roofline (1.0 where the roofline was fitted from whole
+engine steps; more where it comes from GEMM step costs: autoscale/calibrated_model.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 
 __all__ = [
     "CPU_MEASUREMENTS",
+    "CPU_MEASUREMENTS_MACHINE",
     "LatencyModel",
     "Measurement",
     "alpha_from_tau",
@@ -65,6 +68,9 @@ CPU_MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement(1, 15, 58.0),
     Measurement(4, 7, 95.2),
 )
+# the kind of CPU (engine/cpu_info.py cpu_class) CPU_MEASUREMENTS were taken on: there the
+# whole-engine fit wins over a model derived from GEMM step costs (calibrated_model.py)
+CPU_MEASUREMENTS_MACHINE = "amx"
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,8 @@ class LatencyModel:
 
     Step defaults = fit(CPU_MEASUREMENTS). Prefill and acceptance defaults are assumptions
     until measured: 1 ms per prompt token; alpha 0.7 at batch 1 (tau 3.2 with 7 drafted),
-    falling 0.05 per doubling of the batch.
+    falling 0.05 per doubling of the batch. `speculative_step_factor`: what a speculative
+    step costs beyond its roofline (drafting, rejection sampling), 1.0 for a whole-engine fit.
     """
 
     base_ms: float = 32.231
@@ -82,11 +89,13 @@ class LatencyModel:
     prefill_ms_per_token: float = 1.0
     alpha_1: float = 0.7
     alpha_drop_per_doubling: float = 0.05
+    speculative_step_factor: float = 1.0
 
     def step_ms(self, batch: int, drafted: int = 0) -> float:
         """One decode step of `batch` sequences each verifying 1 + `drafted` tokens."""
         tokens = batch * (1 + drafted)
-        return self.base_ms + self.per_token_ms * max(0.0, tokens - self.knee_tokens)
+        roofline = self.base_ms + self.per_token_ms * max(0.0, tokens - self.knee_tokens)
+        return roofline * (self.speculative_step_factor if drafted > 0 else 1.0)
 
     def prefill_ms(self, prompt_tokens: float) -> float:
         """Extra step time to prefill `prompt_tokens` (chunked into the running step)."""

@@ -10,8 +10,11 @@ the result as YAML.
 up` through spec_defaults.resolve_drafters, the operator through desired_from_cr): each
 enabled drafter left at `speculation_schedule: auto` without a schedule gets the one its
 model's measured latency model chooses (`latency_model_for`), so a saturated replica stops
-paying for drafts that cost more than they return. Models without a measured latency model
-keep drafting the fixed k: a schedule from another machine's fit would be a guess.
+paying for drafts that cost more than they return. The latency model is the one of the
+machine the replicas run on: derived from its calibrated step costs where there are some
+(autoscale/calibrated_model.py), else the whole-engine fit (LatencyModel()). Models without a
+measured latency model keep drafting the fixed k: a schedule from another machine's fit
+would be a guess.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from agentserve.autoscale.calibrated_model import calibrated_latency_model
 from agentserve.autoscale.model import LatencyModel, alpha_from_tau, speculation_schedule
 from agentserve.spec import (
     BUNDLED_MODEL,
@@ -77,21 +81,27 @@ def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]
     return out
 
 
-def latency_model_for(model: ModelSpec) -> LatencyModel | None:
-    """The latency model measured for this model: LatencyModel() (fitted on the bundled
-    model with vLLM on CPU) for that deployment, with the measured acceptance of its
-    drafter's method (MEASURED_ACCEPTANCE); None for anything else until a model is fitted
-    for it (autoscale/model.py `fit`). The SLA policy plans with it and the default
-    speculation schedule comes from it."""
-    measured = model.engine == "vllm" and model.source == BUNDLED_MODEL
-    if not measured or model.replicas.num_gpus != 0:
+def latency_model_for(model: ModelSpec, machine: str | None = None) -> LatencyModel | None:
+    """The latency model measured for this model on the machine its replicas run on
+    (`machine`: its kind, a cpu_class or "cuda"; None = this machine), with the measured
+    acceptance of its drafter's method (MEASURED_ACCEPTANCE): for the bundled model with
+    vLLM, the one derived from that machine's calibrated step costs where there are some
+    (calibrated_model.calibrated_latency_model), else on CPU LatencyModel() (fitted on the
+    bundled model with vLLM on CPU); None for anything else until a model is fitted or
+    calibrated for it. The SLA policy plans with it and the default speculation schedule
+    comes from it."""
+    if model.engine != "vllm" or model.source != BUNDLED_MODEL:
         return None
     acceptance = MEASURED_ACCEPTANCE.get(model.drafter.method) if model.drafter.enabled else None
-    if acceptance is None:
-        return LatencyModel()
-    return dataclasses.replace(
-        LatencyModel(), alpha_1=acceptance[0], alpha_drop_per_doubling=acceptance[1]
-    )
+    base = LatencyModel()
+    if acceptance is not None:
+        base = dataclasses.replace(
+            base, alpha_1=acceptance[0], alpha_drop_per_doubling=acceptance[1]
+        )
+    calibrated = calibrated_latency_model(model, base, machine)
+    if calibrated is not None:
+        return calibrated
+    return base if model.replicas.num_gpus == 0 else None
 
 
 def schedule_for(model: ModelSpec, latency_model: LatencyModel) -> list[list[int]]:
@@ -125,13 +135,14 @@ def with_speculation_schedule(
     return DeploymentSpec.model_validate(data)
 
 
-def with_default_schedules(spec: DeploymentSpec) -> DeploymentSpec:
+def with_default_schedules(spec: DeploymentSpec, machine: str | None = None) -> DeploymentSpec:
     """`spec` with the default schedule filled on each model whose drafter is enabled,
     `speculation_schedule: auto`, has no explicit num_speculative_tokens_per_batch_size and
-    has a measured latency model; `spec` itself (unchanged) when no model qualifies."""
+    has a measured latency model on `machine` (see latency_model_for); `spec` itself
+    (unchanged) when no model qualifies."""
     models = []
     for model in spec.models:
-        drafter, latency = model.drafter, latency_model_for(model)
+        drafter, latency = model.drafter, latency_model_for(model, machine)
         wanted = drafter.enabled and drafter.speculation_schedule == "auto"
         if wanted and latency is not None and drafter.num_speculative_tokens_per_batch_size is None:
             data = drafter.model_dump() | {

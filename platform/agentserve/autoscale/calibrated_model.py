@@ -1,0 +1,182 @@
+"""The capacity model from the step costs calibrated on the machine the replicas run on.
+
+`latency_model_from_profile(profile, dtype, method, base)` turns a step-cost profile
+(engine/step_costs.py: the GEMM part of a decode step and of a k-token verification step,
+per dtype, at batch 1 and 4, verifying 1..8 tokens per sequence) into the LatencyModel that
+the autoscaler's capacity floor and the speculation schedule plan with. Which term comes
+from which measurement:
+
+- `base_ms`, `knee_tokens`, `per_token_ms`: model.fit over every point of the profile in the
+  dtype served (batch b verifying t tokens per sequence -> Measurement(b, t - 1, step_ms)),
+  i.e. the roofline of the step's GEMMs, then times SERVED_STEP_FACTOR: a served plain step
+  at concurrency 1 over the profile's decode step at batch 1 (`served_step_factor`), since
+  attention, sampling and the scheduler add to every step what the GEMMs do not show.
+- `speculative_step_factor`: 1 / calibration.SERVED_FACTOR[method], the correction the
+  speculation choice (speculation_choice.choose) applies to every predicted speedup, so
+  the schedule at batch 1 and the calibrated choice weigh a verification step alike. A
+  method without a served factor keeps the GEMM ratio (an upper bound of the engine's).
+- `prefill_ms_per_token`, `alpha_1`, `alpha_drop_per_doubling`: from `base`. The profile's
+  prefill is the GEMMs of one 128-token chunk without attention, not what chunked prefill
+  costs a running batch; acceptance is the method's (spec_schedule.MEASURED_ACCEPTANCE).
+
+The profile covers batch x tokens up to 4 x 8 rows; beyond that the fit extrapolates.
+
+`calibrated_latency_model(model, base, machine)` finds a profile for the machine: this
+machine's cached calibration (the one `agentserve up` measured), else the profile recorded
+for its kind of CPU (RECORDED_STEP_TERMS, from docs/benchmarks/calibration.json). Where the
+whole-engine fit (model.CPU_MEASUREMENTS, measured through vLLM on CPU_MEASUREMENTS_MACHINE)
+holds for the machine, it wins: the same order as speculation (served figures, then
+calibration). GPUs: no GEMM profile is measured there yet; a profile measured on a GPU the
+same way goes through the same functions (RECORDED_STEP_TERMS["cuda"]), none is invented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from agentserve.autoscale.model import (
+    CPU_MEASUREMENTS_MACHINE,
+    LatencyModel,
+    Measurement,
+    fit,
+)
+from agentserve.calibration import SERVED_FACTOR
+from agentserve.spec import BUNDLED_MODEL, ModelSpec
+
+__all__ = [
+    "RECORDED_STEP_TERMS",
+    "SERVED_STEP_FACTOR",
+    "calibrated_latency_model",
+    "latency_model_from_profile",
+    "served_step_factor",
+    "step_terms",
+]
+
+StepTerms = tuple[float, float, float]  # (base_ms, knee_tokens, per_token_ms) of the GEMMs
+
+# served plain decode step at concurrency 1 / the profile's GEMM decode step at batch 1, the
+# largest over the kinds of CPU with both (`served_step_factor` over
+# docs/benchmarks/calibration.json and speculative.json; a unit test holds this equal)
+SERVED_STEP_FACTOR = 1.139
+
+# {machine kind: {dtype: step_terms(profile, dtype)}} of the bundled model's profiles
+# recorded by `agentserve bench calibrate` (docs/benchmarks/calibration.json; a unit test
+# holds this equal). A kind with a whole-engine fit (CPU_MEASUREMENTS_MACHINE) keeps that.
+RECORDED_STEP_TERMS: dict[str, dict[str, StepTerms]] = {
+    "amx": {"bfloat16": (25.117, 0.0, 0.0), "float32": (32.514, 0.0, 1.4235)},
+}
+
+
+def step_terms(profile: Mapping[str, Any], dtype: str) -> StepTerms:
+    """(base_ms, knee_tokens, per_token_ms) fitted to the profile's step costs in `dtype`."""
+    records = [
+        Measurement(int(batch), int(tokens) - 1, float(ms))
+        for batch, by_tokens in profile["dtypes"][dtype]["step_ms"].items()
+        for tokens, ms in by_tokens.items()
+    ]
+    fitted = fit(records)
+    return fitted.base_ms, fitted.knee_tokens, fitted.per_token_ms
+
+
+def _from_terms(
+    terms: StepTerms, method: str | None, base: LatencyModel, step_factor: float
+) -> LatencyModel:
+    base_ms, knee, per_token = terms
+    served = SERVED_FACTOR.get(method or "", 1.0)
+    return dataclasses.replace(
+        base,
+        base_ms=round(base_ms * step_factor, 3),
+        knee_tokens=knee,
+        per_token_ms=round(per_token * step_factor, 4),
+        speculative_step_factor=round(1.0 / served, 4),
+    )
+
+
+def latency_model_from_profile(
+    profile: Mapping[str, Any],
+    dtype: str,
+    method: str | None,
+    base: LatencyModel | None = None,
+    step_factor: float = SERVED_STEP_FACTOR,
+) -> LatencyModel:
+    """The LatencyModel of a replica serving in `dtype` and drafting with `method` (None:
+    plain) on the machine `profile` was measured on; see the module docstring for which
+    term comes from which measurement. `base` (default LatencyModel()) gives prefill and
+    acceptance."""
+    return _from_terms(step_terms(profile, dtype), method, base or LatencyModel(), step_factor)
+
+
+def served_step_factor(
+    profiles: list[Mapping[str, Any]], records: list[Mapping[str, Any]]
+) -> float:
+    """max over served agentserve plain rows at concurrency 1 (with a profile of the same kind
+    of machine and dtype) of the row's step (1000 / decode tok/s) / the profile's decode
+    step at batch 1; at least 1 (the GEMMs are part of the step), 1 without any pair."""
+    by_class = {p["machine"]["cpu_class"]: p for p in profiles}
+    factor = 1.0
+    for r in records:
+        profile = by_class.get((r.get("machine") or {}).get("cpu_class"))
+        if r.get("path") != "served" or r.get("server") != "agentserve" or profile is None:
+            continue
+        if r.get("method") != "none" or r.get("concurrency") != 1:
+            continue
+        if not r.get("decode_tokens_per_s") or r.get("dtype") not in profile["dtypes"]:
+            continue
+        decode = float(profile["dtypes"][r["dtype"]]["step_ms"]["1"]["1"])
+        factor = max(factor, 1000.0 / float(r["decode_tokens_per_s"]) / decode)
+    return round(factor, 3)
+
+
+def _served_dtype(model: ModelSpec) -> str:
+    # "auto" serves the bundled model in its config's dtype: bfloat16
+    return "bfloat16" if model.dtype == "auto" else model.dtype
+
+
+def _cached_profile(cpu) -> dict[str, Any] | None:
+    """This machine's cached calibration of the bundled model (engine/step_costs.py), if any
+    (read only: measuring is `agentserve up`'s job)."""
+    from agentserve.engine.step_costs import PROFILE_VERSION, profile_cache_path
+    from agentserve.model_sources import cache_root
+
+    root = cache_root()
+    path = profile_cache_path(root / "models" / BUNDLED_MODEL, cpu, root)
+    try:
+        profile = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return profile if profile.get("version") == PROFILE_VERSION else None
+
+
+def _read_cpu_info():
+    from agentserve.engine.cpu_info import read_cpu_info
+
+    return read_cpu_info()
+
+
+def calibrated_latency_model(
+    model: ModelSpec, base: LatencyModel, machine: str | None = None
+) -> LatencyModel | None:
+    """`model`'s LatencyModel from the calibrated step costs of the machine its replicas run
+    on, or None where there is none (or AGENTSERVE_CALIBRATE=0, or the whole-engine fit holds
+    there). `machine`: that machine's kind (a cpu_class, "cuda"); None = this machine (its
+    cached calibration first). Profiles are of the bundled model only (the one calibrated)."""
+    if os.environ.get("AGENTSERVE_CALIBRATE", "1") == "0" or model.source != BUNDLED_MODEL:
+        return None
+    method = model.drafter.method if model.drafter.enabled else None
+    dtype = _served_dtype(model)
+    if model.replicas.num_gpus > 0:
+        machine = "cuda"  # the CPU here says nothing about a GPU replica
+    elif machine is None:
+        cpu = _read_cpu_info()
+        machine = cpu.cpu_class
+        profile = None if machine == CPU_MEASUREMENTS_MACHINE else _cached_profile(cpu)
+        if profile is not None and dtype in profile["dtypes"]:
+            return latency_model_from_profile(profile, dtype, method, base)
+    if machine == CPU_MEASUREMENTS_MACHINE:
+        return None
+    terms = RECORDED_STEP_TERMS.get(machine, {}).get(dtype)
+    return None if terms is None else _from_terms(terms, method, base, SERVED_STEP_FACTOR)
