@@ -27,6 +27,9 @@ raise EngineDeadError) or hang (steps and health() never return) once that many 
 were emitted; with `fault_prompts`, a prompt starting "FAULT crash" or "FAULT stuck" injects
 it once that request has emitted FAULT_AFTER_TOKENS tokens (so its own continuation
 elsewhere does not inject it again).
+Sleep mode (engine/protocol.Sleeper, like vLLM's level 1 on GPU): sleep() and wake_up()
+take `wake_delay_s` each; a request submitted while asleep raises EngineUnavailableError
+(the replica's sleep gate must never let one through).
 """
 
 from __future__ import annotations
@@ -72,8 +75,11 @@ class FakeEngine:
         per_seq_delay_s: float = 0.0,
         max_num_seqs: int | None = None,
         fault_prompts: bool = False,
+        wake_delay_s: float = 0.0,
     ):
         self.model_name = model_name
+        self.wake_delay_s = wake_delay_s
+        self.asleep = False
         self.max_model_len = max_model_len
         self.token_delay_s = token_delay_s
         self.per_seq_delay_s = per_seq_delay_s
@@ -108,6 +114,17 @@ class FakeEngine:
 
     async def stop(self) -> None:
         self.started = False
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.wake_delay_s)
+        self.asleep = True
+
+    async def wake_up(self) -> None:
+        await asyncio.sleep(self.wake_delay_s)
+        self.asleep = False
+
+    async def is_sleeping(self) -> bool:
+        return self.asleep
 
     async def health(self) -> None:
         await self._check_fault()
@@ -151,8 +168,8 @@ class FakeEngine:
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
         """See the module docstring; raises EngineRequestError before any delta."""
-        if not self.started:
-            raise EngineUnavailableError("fake engine not started")
+        if not self.started or self.asleep:
+            raise EngineUnavailableError("fake engine not started or asleep")
         await self._check_fault()
         self.requests.append(request)
         body = request.body
@@ -277,6 +294,7 @@ class FakeEngineFactory:
     per_seq_delay_s: float = 0.0
     accept_per_step: int = 2
     fault_prompts: bool = False
+    wake_delay_s: float = 0.0
 
     def __call__(self, model: Any) -> FakeEngine:
         return FakeEngine(
@@ -287,6 +305,7 @@ class FakeEngineFactory:
             accept_per_step=self.accept_per_step,
             max_num_seqs=model.max_num_seqs,
             fault_prompts=self.fault_prompts,
+            wake_delay_s=self.wake_delay_s,
         )
 
 

@@ -14,7 +14,12 @@ except the latency histograms, which the adapter reads from each replica's lates
 with `latency_stat.pooled_tenant_latency`, the function the simulator uses. Each replica
 also reports how long it took to start (`agentserve_replica_start_s`); the adapter plans
 with the largest of the latest reports (`start_stat.measured_start_s`, as the simulator),
-keeping the last value in policy_state when no replica reports.
+keeping the last value in policy_state when no replica reports. Replicas whose engine
+sleeps when idle (replicas.sleep_when_idle_s) report `agentserve_replica_sleeping` (0/1)
+and `agentserve_replica_wake_s` (their last wake); the adapter keeps how many sleep and the
+largest wake in policy_state's "agentserve_last" (observed; the policy does not plan with
+them: a sleeping replica is ready capacity a request wakes, and the replicas the policy
+adds start cold).
 Another policy with decide's shape runs the same way: subclass SlaAutoscalingPolicy with
 `policy = staticmethod(my_decide)` and pass its import path as `policy_function`.
 """
@@ -49,6 +54,7 @@ __all__ = [
     "policy_spec_from_json",
     "policy_spec_to_json",
     "ray_autoscaling_config",
+    "replica_sleep",
     "replica_starts",
     "snapshot_from_context",
 ]
@@ -61,6 +67,7 @@ RAY_METRICS_INTERVAL_S = 10.0  # Ray 2.60's default AutoscalingConfig.metrics_in
 _TTFT, _TPOT, _REQS = "agentserve_ttft_hist:", "agentserve_tpot_hist:", "agentserve_requests:"
 _RECENT = "agentserve_arrival_rps_recent"
 _START = "agentserve_replica_start_s"
+_SLEEPING, _WAKE = "agentserve_replica_sleeping", "agentserve_replica_wake_s"
 _RATE, _PROMPT, _OUTPUT = (
     "agentserve_arrival_rps",
     "agentserve_prompt_tokens",
@@ -159,6 +166,8 @@ def encode_replica_stats(
     acceptance_by_batch: Mapping[str, float] | None = None,
     recent_arrival_rate_rps: float | None = None,
     replica_start_s: float | None = None,
+    sleeping: bool | None = None,
+    wake_s: float | None = None,
 ) -> dict[str, float]:
     """One replica's `record_autoscaling_stats` result: flat name -> float (Ray's contract).
     Tenant latencies are the replica's window as bucket counts
@@ -169,12 +178,17 @@ def encode_replica_stats(
     observation; the policy plans with its LatencyModel); `recent_arrival_rate_rps` covers
     the burst detector's short window (burst.RECENT_WINDOW_S); `replica_start_s` how long
     the replica took to start, construction to engine ready (`agentserve_replica_start_s`,
-    omitted when None)."""
+    omitted when None); `sleeping` whether its engine sleeps now and `wake_s` its last
+    wake, seconds (idle sleep, serve/sleep_gate.py; each omitted when None)."""
     out = {_RATE: arrival_rate_rps, _PROMPT: mean_prompt_tokens, _OUTPUT: mean_output_tokens}
     if recent_arrival_rate_rps is not None:
         out[_RECENT] = float(recent_arrival_rate_rps)
     if replica_start_s is not None:
         out[_START] = float(replica_start_s)
+    if sleeping is not None:
+        out[_SLEEPING] = float(sleeping)
+    if wake_s is not None:
+        out[_WAKE] = float(wake_s)
     out[_RUNNING], out[_WAITING] = float(engine_running), float(engine_waiting)
     for bucket, length in (acceptance_by_batch or {}).items():
         out[_ACCEPT + bucket] = float(length)
@@ -231,6 +245,14 @@ def _windows(report: Mapping[str, float]) -> dict[str, LatencyWindow]:
 def replica_starts(reports: Mapping[Any, Mapping[str, float]]) -> list[float]:
     """The start times (seconds) in the replicas' reports (replica -> decoded stats)."""
     return [r[_START] for r in reports.values() if _START in r]
+
+
+def replica_sleep(reports: Mapping[Any, Mapping[str, float]]) -> tuple[int, float | None]:
+    """(replicas whose engine sleeps now, the largest last wake in seconds or None) from
+    the replicas' reports (replica -> decoded stats)."""
+    asleep = sum(1 for r in reports.values() if r.get(_SLEEPING, 0.0) >= 0.5)
+    wakes = [r[_WAKE] for r in reports.values() if _WAKE in r and math.isfinite(r[_WAKE])]
+    return asleep, max(wakes) if wakes else None
 
 
 def _mean(per_replica: Mapping[Any, float] | None) -> float:
@@ -307,7 +329,10 @@ class SlaAutoscalingPolicy:
             )
         policy_state[STATE_KEY] = decision.state.to_dict()
         policy_state[START_KEY] = snap.replica_start_s
+        asleep, wake_s = replica_sleep(_latest_reports(ctx))
         policy_state["agentserve_last"] = {
+            "sleeping_replicas": asleep,
+            "wake_s": wake_s,
             "reason": decision.reason,
             "sla_ratio": decision.sla_ratio,
             "capacity_floor": decision.capacity_floor,

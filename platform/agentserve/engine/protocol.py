@@ -23,7 +23,9 @@ __all__ = [
     "EngineRequestError",
     "EngineStats",
     "EngineUnavailableError",
+    "Sleeper",
     "aclose_stream",
+    "can_sleep",
 ]
 
 RequestKind = Literal["chat", "completion"]
@@ -212,6 +214,28 @@ class Engine(Protocol):
     async def stats(self) -> EngineStats: ...
 
     async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class Sleeper(Protocol):
+    """Optional part of an Engine: sleep while idle and wake before serving (vLLM's sleep
+    mode level 1 on CUDA: weights offloaded to CPU RAM, KV cache freed).
+
+    Contracts: sleep() is called only with no request in flight and no generate() call
+    until wake_up() returned; wake_up() restores the engine to serve exactly as before;
+    is_sleeping() says which state the engine is in.
+    """
+
+    async def sleep(self) -> None: ...
+
+    async def wake_up(self) -> None: ...
+
+    async def is_sleeping(self) -> bool: ...
+
+
+def can_sleep(engine: object) -> bool:
+    """Whether `engine` implements the optional Sleeper part."""
+    return isinstance(engine, Sleeper)
 
 
 async def aclose_stream(stream: AsyncIterator[Delta]) -> None:

@@ -136,6 +136,8 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         kwargs["scheduling_policy"] = "priority"
     if model.kv_cache_dtype != "auto":
         kwargs["kv_cache_dtype"] = model.kv_cache_dtype
+    if model.replicas.sleep_when_idle_s is not None:  # GPU replicas only (ReplicaSpec)
+        kwargs["enable_sleep_mode"] = True  # idle replicas sleep (serve/sleep_gate.py)
     optional = {
         "gpu_memory_utilization": model.gpu_memory_utilization,
         "quantization": model.quantization,

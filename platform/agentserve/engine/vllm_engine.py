@@ -213,6 +213,19 @@ class VLLMEngine:
             spec_by_batch=self._by_batch.snapshot(),
         )
 
+    async def sleep(self) -> None:
+        """vLLM sleep mode level 1 (needs enable_sleep_mode: replicas.sleep_when_idle_s,
+        CUDA only): weights to CPU RAM, KV cache freed. The caller ensures nothing runs;
+        mode "wait" lets a request that slipped in finish rather than abort it."""
+        await self.async_llm.sleep(1, mode="wait")
+
+    async def wake_up(self) -> None:
+        """Weights back on the GPU and a fresh KV cache (the prefix cache starts empty)."""
+        await self.async_llm.wake_up()
+
+    async def is_sleeping(self) -> bool:
+        return bool(await self.async_llm.is_sleeping())
+
     async def stop(self) -> None:
         if self._client is not None:
             self._client.shutdown()

@@ -13,6 +13,9 @@ Serve calls `record_autoscaling_stats` every look_back_period_s / 5 when the dep
 autoscales: per-tenant TTFT/TPOT windows, arrivals, engine batch and queue, DFlash
 acceptance by batch size and the replica's start time, construction to engine ready
 (serve/replica_stats.py), which the SLA policy (autoscale/ray_policy.py) reads.
+With replicas.sleep_when_idle_s (GPU), an idle replica's engine sleeps and its next request
+wakes it first (serve/sleep_gate.py); the stats then say whether it sleeps and how long its
+last wake took.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from agentserve.engine.protocol import (
 from agentserve.engine.registry import engine_class
 from agentserve.serve.coalesce import coalesced
 from agentserve.serve.replica_stats import ReplicaStats
+from agentserve.serve.sleep_gate import sleep_gate
 from agentserve.serve.spans import speculative_tokens, traced_stream
 from agentserve.spec import ModelSpec, TracingSpec
 from agentserve.tracing import make_tracer
@@ -79,6 +83,9 @@ class ModelReplica:
         await self.engine.start()
         self.windows.start_s = time.monotonic() - constructed  # construction -> engine ready
         log.info("replica of %s ready in %.1f s", model.name, self.windows.start_s)
+        self.sleep_gate = sleep_gate(self.engine, model.replicas.sleep_when_idle_s)
+        if self.sleep_gate is not None:
+            self.sleep_gate.arm()  # a standby replica may idle from its start
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_engine())
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
@@ -92,11 +99,13 @@ class ModelReplica:
             model=self.model.name,
             num_speculative_tokens=self.speculative_tokens,
         )
-        self.windows.begin(request.request_id, request.headers)
+        self.windows.begin(request.request_id, request.headers)  # a wake counts in TTFT
+        awake = self.sleep_gate.serving() if self.sleep_gate else contextlib.nullcontext()
         try:
-            async for delta in stream:
-                self.windows.see(request.request_id, delta)
-                yield delta
+            async with awake:
+                async for delta in stream:
+                    self.windows.see(request.request_id, delta)
+                    yield delta
         except EngineDeadError:
             self._exit_soon()
             raise
@@ -121,7 +130,8 @@ class ModelReplica:
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Ray Serve's custom autoscaling metrics hook (flat name -> float)."""
-        return self.windows.autoscaling_stats(await self.engine.stats())
+        sleep = self.sleep_gate.state() if self.sleep_gate else None
+        return self.windows.autoscaling_stats(await self.engine.stats(), sleep)
 
     async def check_health(self) -> None:
         """Ray Serve's health hook: raise when the engine cannot serve or does not say so
@@ -165,6 +175,9 @@ class ModelReplica:
         watchdog = getattr(self, "_watchdog", None)
         if watchdog is not None:
             watchdog.cancel()
+        gate = getattr(self, "sleep_gate", None)
+        if gate is not None:
+            gate.close()
         engine = getattr(self, "engine", None)
         if engine is not None:
             await engine.stop()

@@ -17,6 +17,8 @@ Contracts:
   the pooled histogram, the statistic the simulator uses too); the replica computes none.
 - `start_s` is how long the replica took to start (construction to engine ready, set by
   the replica once its engine is ready); None until then.
+- With idle sleep on (serve/sleep_gate.py) the stats also say whether the engine sleeps
+  now and how long its last wake took.
 The clock is injected (wall time by default: the accept header is wall time).
 """
 
@@ -33,6 +35,7 @@ from agentserve.autoscale.ray_policy import encode_replica_stats
 from agentserve.engine.protocol import Delta, EngineStats
 from agentserve.engine.spec_by_batch import BatchCounts, acceptance_by_bucket, counts_delta
 from agentserve.serve.delta_tracker import DeltaTracker
+from agentserve.serve.sleep_gate import SleepState
 from agentserve.serve.spans import SENT_AT_HEADER, TENANT_HEADER
 
 __all__ = ["ACCEPTED_AT_HEADER", "TENANT_HEADER", "ReplicaStats"]
@@ -170,8 +173,11 @@ class ReplicaStats:
         base = self._spec[0][1] if len(self._spec) > 1 else ()
         return acceptance_by_bucket(counts_delta(engine.spec_by_batch, base))
 
-    def autoscaling_stats(self, engine: EngineStats) -> dict[str, float]:
-        """The replica's `record_autoscaling_stats` result (flat name -> float)."""
+    def autoscaling_stats(
+        self, engine: EngineStats, sleep: SleepState | None = None
+    ) -> dict[str, float]:
+        """The replica's `record_autoscaling_stats` result (flat name -> float); `sleep`
+        the engine's sleep state where idle sleep is on."""
         prompt, output = self.mean_tokens()
         return encode_replica_stats(
             self.windows(),
@@ -183,4 +189,6 @@ class ReplicaStats:
             engine_waiting=engine.waiting,
             acceptance_by_batch=self.acceptance_by_batch(engine),
             replica_start_s=self.start_s,
+            sleeping=None if sleep is None else sleep.sleeping,
+            wake_s=None if sleep is None else sleep.wake_s,
         )

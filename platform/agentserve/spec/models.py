@@ -33,6 +33,7 @@ SPEC_OWNED_ENGINE_ARGS = {
     "enable_prefix_caching": "enable_prefix_caching",
     "scheduling_policy": "priority_scheduling",
     "revision": "revision",
+    "enable_sleep_mode": "replicas.sleep_when_idle_s",
     "tokenizer_revision": "revision",
     "download_dir": "(the Hugging Face cache: HF_HOME / AGENTSERVE_HF_HOME)",
 }

@@ -88,6 +88,16 @@ class ReplicaSpec(_Spec):
         "more splits its pipeline stages over that many nodes of num_gpus / nodes_per_replica "
         "GPUs each (pipeline_parallel_size must be a multiple of it).",
     )
+    sleep_when_idle_s: float | None = Field(
+        None,
+        gt=0,
+        description="GPU replicas only: after this many seconds without a request, a "
+        "replica puts its vLLM engine to sleep (level 1: weights offloaded to CPU RAM, KV "
+        "cache freed) and wakes it on its next request, which waits for the wake (seconds, "
+        "not a replica start). Meant for autoscaling.standby_replicas: the margin idles "
+        "asleep and wakes when a burst reaches it. Ray routes to every replica, so any "
+        "replica idle this long sleeps; null = never. vLLM's CPU build has no sleep mode.",
+    )
 
     @model_validator(mode="after")
     def _check_bounds(self) -> ReplicaSpec:
@@ -96,4 +106,9 @@ class ReplicaSpec(_Spec):
             raise ValueError(f"min_replicas ({low}) must be <= max_replicas ({high})")
         if initial is not None and not low <= initial <= high:
             raise ValueError(f"initial_replicas ({initial}) must lie in [{low}, {high}]")
+        if self.sleep_when_idle_s is not None and self.num_gpus == 0:
+            raise ValueError(
+                "sleep_when_idle_s needs GPU replicas (num_gpus >= 1): vLLM's sleep mode is "
+                "CUDA only and its CPU build has none; remove it for CPU replicas"
+            )
         return self
