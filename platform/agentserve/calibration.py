@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentserve.speculation_choice import Choice, choose
+from agentserve.speculation_choice import SERVED_FACTOR, Choice, choose
 
 __all__ = [
     "DECISIONS_ENV",
@@ -31,10 +31,6 @@ __all__ = [
 ]
 
 DECISIONS_ENV = "AGENTSERVE_SPECULATION_DECISIONS"
-# measured served speedup / speedup predicted from the step-cost profile, per method, on the
-# kinds of CPU with both figures (speculation_choice.served_factors over
-# docs/benchmarks/calibration.json and speculative.json; a unit test holds this equal)
-SERVED_FACTOR: dict[str, float] = {"ngram": 0.502, "dflash": 0.724}
 
 
 def _drafter_fraction(drafter_dir: Path | None) -> float | None:

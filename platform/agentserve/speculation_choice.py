@@ -25,7 +25,12 @@ from typing import Any
 
 from agentserve.autoscale.model import geometric_tau
 
-__all__ = ["Choice", "choose", "predicted_speedup", "served_factors"]
+__all__ = ["SERVED_FACTOR", "Choice", "choose", "predicted_speedup", "served_factors"]
+
+# measured served speedup / speedup predicted from the step-cost profile, per method, on the
+# kinds of CPU with both figures (served_factors over
+# docs/benchmarks/calibration.json and speculative.json; a unit test holds this equal)
+SERVED_FACTOR: dict[str, float] = {"ngram": 0.502, "dflash": 0.724}
 
 MIN_GAIN = 1.15  # speculation must be predicted this much faster than plain at batch 1
 NOMINAL_PROMPT, NOMINAL_OUTPUT = 512, 128  # an agent turn: tool results in, a reply out

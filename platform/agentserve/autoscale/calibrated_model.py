@@ -11,7 +11,7 @@ from which measurement:
   i.e. the roofline of the step's GEMMs, then times SERVED_STEP_FACTOR: a served plain step
   at concurrency 1 over the profile's decode step at batch 1 (`served_step_factor`), since
   attention, sampling and the scheduler add to every step what the GEMMs do not show.
-- `speculative_step_factor`: 1 / calibration.SERVED_FACTOR[method], the correction the
+- `speculative_step_factor`: 1 / speculation_choice.SERVED_FACTOR[method], the correction the
   speculation choice (speculation_choice.choose) applies to every predicted speedup, so
   the schedule at batch 1 and the calibrated choice weigh a verification step alike. A
   method without a served factor keeps the GEMM ratio (an upper bound of the engine's).
@@ -44,8 +44,8 @@ from agentserve.autoscale.model import (
     Measurement,
     fit,
 )
-from agentserve.calibration import SERVED_FACTOR
 from agentserve.spec import BUNDLED_MODEL, ModelSpec
+from agentserve.speculation_choice import SERVED_FACTOR
 
 __all__ = [
     "RECORDED_STEP_TERMS",
