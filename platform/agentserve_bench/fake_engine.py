@@ -62,7 +62,9 @@ REQUESTS_KEPT = 256  # engine.requests keeps the latest ones (bounded for soak r
 class FakeEngine:
     """Fake engine. A step sleeps `token_delay_s + per_seq_delay_s x running`;
     `max_num_seqs` (None = unlimited) caps running requests; `num_speculative_tokens` and
-    `accept_per_step` shape the spec-decode counters (accept_per_step tokens per step)."""
+    `accept_per_step` shape the spec-decode counters (accept_per_step tokens per step);
+    `requests` keeps the latest `requests_kept` requests (a load scenario keeps few: kept
+    requests are heap a real engine does not hold, which the GC scans)."""
 
     def __init__(
         self,
@@ -76,6 +78,7 @@ class FakeEngine:
         max_num_seqs: int | None = None,
         fault_prompts: bool = False,
         wake_delay_s: float = 0.0,
+        requests_kept: int = REQUESTS_KEPT,
     ):
         self.model_name = model_name
         self.wake_delay_s = wake_delay_s
@@ -90,7 +93,7 @@ class FakeEngine:
         self.started = False
         self.healthy = True
         self.aborted: list[str] = []
-        self.requests: deque[EngineRequest] = deque(maxlen=REQUESTS_KEPT)
+        self.requests: deque[EngineRequest] = deque(maxlen=requests_kept)
         self.fault_prompts = fault_prompts
         self.fault: str | None = None  # "crash" or "stuck" once a fault is active
         self._fault_pending: tuple[str, int] | None = None  # (fault, tokens before it)

@@ -6,16 +6,21 @@ succeed, with p99 latency within 1.5x of a run without the attack.
 The hostile schemas are all distinct (no cache hit ever) and the last one is invalid, so
 every hostile request costs the full meta-validation of 128 schemas and then gets 400:
 the most validation work per request, none of it reaching the engine. The ingress runs
-under uvicorn on a loopback port (real HTTP), the model is a FakeEngine.
+under uvicorn on a loopback port (real HTTP), the model is a FakeEngine; each tenant's
+client runs in its own process (tests/reliability/schema_clients.py), as real clients do,
+so the ingress's process holds only the ingress.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentserve.serve.backend import LocalBackend
@@ -23,14 +28,15 @@ from agentserve.spec import DeploymentSpec, hash_api_key
 from agentserve_bench.fake_engine import FakeEngine
 
 from tests.reliability.scenario import Outcome, scenario
+from tests.reliability.schema_bodies import GOOD_BODY, KEY_GOOD, KEY_HOSTILE, MODEL, hostile_body
 from tests.reliability.tenants import serve_in_thread
 
-__all__ = ["SchemaRun", "run_schemas"]
+__all__ = ["GOOD_BODY", "SchemaRun", "hostile_body", "run_schemas"]
 
-KEY_HOSTILE, KEY_GOOD = "sk-schema-hostile", "sk-schema-good"
-MODEL = "m"
+CLIENT_START_S = 3.0  # the clients' imports and warm-up, before the clock starts
+
 P99_RATIO_MAX = 1.5
-HOSTILE_READY = 96  # hostile bodies encoded before the run (about 12 MB)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spec() -> Any:
@@ -44,32 +50,6 @@ def _spec() -> Any:
             "tenants": tenants,
         }
     )
-
-
-def _tool(tag: str, i: int, properties: int = 12) -> dict[str, Any]:
-    props = {
-        f"{tag}_{j}": {"type": "string", "description": f"field {j}", "enum": ["a", "b", "c"]}
-        for j in range(properties)
-    }
-    parameters = {"type": "object", "properties": props, "required": [f"{tag}_0"]}
-    return {"type": "function", "function": {"name": f"tool_{i}", "parameters": parameters}}
-
-
-def hostile_body(n: int) -> dict[str, Any]:
-    """128 tools, every schema new (tagged with `n`), the last one invalid."""
-    tools = [_tool(f"h{n}x{i}", i) for i in range(127)]
-    tools.append(
-        {"type": "function", "function": {"name": "bad", "parameters": {"type": f"no{n}"}}}
-    )
-    return {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": tools}
-
-
-GOOD_BODY = {
-    "model": MODEL,
-    "messages": [{"role": "user", "content": "look this up for me"}],
-    "tools": [_tool("g", i) for i in range(8)],
-    "max_tokens": 8,
-}
 
 
 @dataclass
@@ -87,80 +67,48 @@ class SchemaRun:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _count(by: dict[str, int], status: int) -> None:
-    by[str(status)] = by.get(str(status), 0) + 1
+def _client(role: str, url: str, start_at: float, duration_s: float) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [sys.executable, "-m", "tests.reliability.schema_clients", role, url]
+    return subprocess.Popen(
+        [*command, f"{start_at:.3f}", str(duration_s)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
-async def _good(client: Any, url: str, until: float, gap_s: float, run: SchemaRun) -> None:
-    headers = {"Authorization": f"Bearer {KEY_GOOD}"}
-
-    async def one() -> None:
-        start = time.perf_counter()
-        try:
-            r = await client.post(url, json=GOOD_BODY, headers=headers)
-        except Exception:  # a dropped connection: counted as lost
-            _count(run.good, 0)
-            return
-        _count(run.good, r.status_code)
-        if r.status_code == 200 and r.json()["choices"]:
-            run.latency_s.append(time.perf_counter() - start)
-
-    tasks = []
-    while time.monotonic() < until:
-        tasks.append(asyncio.create_task(one()))
-        await asyncio.sleep(gap_s)
-    await asyncio.gather(*tasks)
+def _result(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
+    out, _ = proc.communicate(timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"a scenario client exited with {proc.returncode}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
-async def _hostile(
-    client: Any, url: str, until: float, workers: int, run: SchemaRun, ready: list[bytes]
-) -> None:
-    """`ready`: bodies encoded before the run (the client shares the server's process
-    here; a real attacker's encoding costs the server nothing)."""
-    headers = {"Authorization": f"Bearer {KEY_HOSTILE}", "Content-Type": "application/json"}
-    numbers = itertools.count()
-
-    def body() -> bytes:
-        n = next(numbers)
-        return ready[n] if n < len(ready) else json.dumps(hostile_body(n)).encode()
-
-    async def worker() -> None:
-        while time.monotonic() < until:
-            try:
-                r = await client.post(url, content=body(), headers=headers)
-                _count(run.hostile, r.status_code)
-            except Exception:
-                _count(run.hostile, 0)
-
-    await asyncio.gather(*(worker() for _ in range(workers)))
-
-
-def run_schemas(
-    attack: bool, duration_s: float = 8.0, good_gap_s: float = 0.05, workers: int = 8
-) -> SchemaRun:
-    """One run, with or without the hostile tenant."""
-    import httpx
+def run_schemas(attack: bool, duration_s: float = 8.0) -> SchemaRun:
+    """One run, with or without the hostile tenant; each client in its own process
+    (tests/reliability/schema_clients.py), the ingress alone in this one."""
     from agentserve.serve.ingress import create_app  # imports vLLM: lazily
 
-    engine = FakeEngine(MODEL, 4096, token_delay_s=0.002, max_num_seqs=8, accept_per_step=2)
+    engine = FakeEngine(
+        MODEL, 4096, token_delay_s=0.002, max_num_seqs=8, accept_per_step=2, requests_kept=8
+    )
     asyncio.run(engine.start())
     app = create_app(_spec(), {MODEL: LocalBackend(engine)})
     run = SchemaRun()
-    ready = [json.dumps(hostile_body(n)).encode() for n in range(HOSTILE_READY)] if attack else []
-
-    async def drive(base: str) -> None:
-        url = f"{base}/v1/chat/completions"
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        async with httpx.AsyncClient(timeout=30, limits=limits, trust_env=False) as client:
-            await client.post(url, json=GOOD_BODY, headers={"Authorization": f"Bearer {KEY_GOOD}"})
-            until = time.monotonic() + duration_s
-            jobs = [_good(client, url, until, good_gap_s, run)]
-            if attack:
-                jobs.append(_hostile(client, url, until, workers, run, ready))
-            await asyncio.gather(*jobs)
-
     with serve_in_thread(app) as base:
-        asyncio.run(drive(base))
+        url = f"{base}/v1/chat/completions"
+        start_at = time.time() + CLIENT_START_S
+        roles = ["good", "hostile"] if attack else ["good"]
+        procs = {role: _client(role, url, start_at, duration_s) for role in roles}
+        results = {role: _result(p, CLIENT_START_S + duration_s + 60) for role, p in procs.items()}
+    run.good = results["good"]["statuses"]
+    run.latency_s = results["good"]["latency_s"]
+    run.hostile = results.get("hostile", {}).get("statuses", {})
     return run
 
 
@@ -174,7 +122,7 @@ def _summary(run: SchemaRun) -> dict[str, Any]:
 
 
 @scenario("tenant_tool_schemas")
-def tenant_tool_schemas(duration_s: float = 8.0) -> Outcome:
+def tenant_tool_schemas(duration_s: float = 12.0) -> Outcome:
     """A hostile tenant sends unique 128-tool schemas from 8 clients at full tilt; the
     well-behaved tenant's tool requests (20/s) all succeed, p99 within 1.5x of a run
     without the attack."""

@@ -41,7 +41,7 @@ async def parse_and_admit(
     took (serve/stages.py gives it back)."""
     large = len(raw) > INLINE_BODY_BYTES
     data = await parser.decode(raw, translate, tenant.name)
-    view = admission_view(kind, data) if (large or parser.heavy(data)) else None
+    view = admission_view(kind, data, len(raw)) if (large or parser.heavy(data)) else None
     if view is None:
         body = await parser.validate(kind, data, tenant.name, large=large)
         await _admit(parser, admit, kind, body, tenant)
@@ -57,9 +57,11 @@ async def _admit(
     return await admit(body.model, tenant, reserve, body.n or 1)
 
 
-def admission_view(kind: RequestKind, data: Any) -> SimpleNamespace | None:
+def admission_view(kind: RequestKind, data: Any, body_bytes: int = 0) -> SimpleNamespace | None:
     """The fields admission reads, from a decoded body; None when any has a type the
-    validation will refuse (then it runs first and names the field)."""
+    validation will refuse (then it runs first and names the field). The tools' size for
+    the token estimate is the body's (`body_bytes`): serializing 128 tool schemas again
+    on the event loop would cost milliseconds."""
     if not isinstance(data, dict):
         return None
     model, n = data.get("model"), data.get("n")
@@ -74,6 +76,8 @@ def admission_view(kind: RequestKind, data: Any) -> SimpleNamespace | None:
     if tools is not None and not isinstance(tools, list):
         return None
     fields: dict[str, Any] = {"model": model, "n": n, "tools": tools, **limits}
+    if tools:
+        fields["tools_chars"] = body_bytes
     if kind == "chat":
         if not isinstance(data.get("messages"), list):
             return None

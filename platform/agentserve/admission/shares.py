@@ -120,7 +120,8 @@ class QueueShares:
 
 def estimate_prompt_tokens(kind: str, body: Any) -> int:
     """A cheap estimate of the prompt's tokens (the ingress has no tokenizer): token-id
-    prompts exactly; text as max(characters / CHARS_PER_TOKEN, words), plus tools."""
+    prompts exactly; text as max(characters / CHARS_PER_TOKEN, words), plus tools (an
+    admission view's `tools_chars`, its body's size; else the tools' text)."""
     if kind == "completion":  # one prompt (the ingress accepts no batches)
         prompt = getattr(body, "prompt", None)
         prompt = prompt[0] if isinstance(prompt, list) and prompt and not isinstance(
@@ -133,6 +134,9 @@ def estimate_prompt_tokens(kind: str, body: Any) -> int:
         for part in parts:
             text = part.get("text") if isinstance(part, dict) else part
             total += 1 + (_text_tokens(text) if isinstance(text, str) else 0)
+    tools_chars = getattr(body, "tools_chars", None)  # an admission view's (admit_first.py)
+    if tools_chars is not None:
+        return total + math.ceil(tools_chars / CHARS_PER_TOKEN)
     for tool in getattr(body, "tools", None) or []:
         total += _text_tokens(str(tool.model_dump() if hasattr(tool, "model_dump") else tool))
     return total

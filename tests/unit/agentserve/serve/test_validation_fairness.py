@@ -19,7 +19,7 @@ from agentserve.spec import DeploymentSpec, hash_api_key
 from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import Call, asgi_request
 
-from tests.reliability.tool_schemas import tenant_tool_schemas
+from tests.reliability.tool_schemas import hostile_body, tenant_tool_schemas
 
 URL = "/v1/chat/completions"
 BASE = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -145,6 +145,29 @@ def test_a_tenant_past_its_limit_gets_429_before_any_schema_is_checked():
     assert refused.status == 429, refused.text()
     assert refused.json()["error"]["code"] == "concurrency_limit_exceeded"
     assert parser.cache("t").misses == 0, "no schema was checked for a refused request"
+
+
+class _NoStr(dict):
+    """A tool that fails the test if serialized (str/repr)."""
+
+    def __repr__(self) -> str:
+        raise AssertionError("the admission estimate serialized a tool")
+
+
+def test_admitting_a_heavy_request_does_not_serialize_its_tools_on_the_loop():
+    """The token estimate for an admission view uses the body's size: serializing 128
+    schemas again (str(tool), the old estimate) took 4.4 ms on the event loop."""
+    from agentserve.admission.admit_first import admission_view
+    from agentserve.admission.shares import estimate_prompt_tokens
+
+    body = hostile_body(1)
+    raw = json.dumps(body).encode()
+    body["tools"] = [_NoStr(tool) for tool in body["tools"]]
+    view = admission_view("chat", body, len(raw))
+    estimate = estimate_prompt_tokens("chat", view)
+    assert len(raw) / 4 <= estimate <= len(raw) / 4 + 10
+    without_tools = admission_view("chat", {**body, "tools": None}, len(raw))
+    assert estimate_prompt_tokens("chat", without_tools) < 10  # the body size counts only for tools
 
 
 def test_the_tool_schema_flood_scenario_fails_no_request_of_the_other_tenant():
