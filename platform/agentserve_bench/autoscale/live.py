@@ -35,6 +35,7 @@ from agentserve_bench.autoscale.live_trace import (
     phase_report,
     prompt_text,
     replica_seconds,
+    scale_up_s,
     scaled_up_and_down,
 )
 from agentserve_bench.autoscale.trace import Session
@@ -75,7 +76,7 @@ class LiveConfig:
 
 
 PRESETS = {
-    # one core per replica, bfloat16, eager (~30 s engine starts), 4 sequences a batch.
+    # one core per replica, bfloat16, the CPU's compile choice, 4 sequences a batch.
     # TTFT objectives are the simulator's (compare.SLAS); TPOT ones are looser, since one
     # core at batch 4 decodes at ~47 ms a token before prefills interleave, and tenant
     # priority changes who waits (TTFT), not how fast a running batch decodes (TPOT)
@@ -110,8 +111,9 @@ def live_spec(cfg: LiveConfig, priority: bool) -> DeploymentSpec:
     if cfg.engine == "vllm":
         model |= {
             "dtype": cfg.dtype,
+            # compiled or eager as agentserve up chooses for this kind of CPU
+            # (engine/cpu_settings.py COMPILE_BY_CPU; a compiled restart loads the cache)
             "drafter": {"enabled": False},
-            "engine_args": {"enforce_eager": True},  # no torch.compile warm-up
         }
     tenants = [
         {
@@ -319,6 +321,7 @@ def run_phase(cfg: LiveConfig, phase: str, factory: Any, base: str, sessions, tr
         "back_to_one_replica_after_replay_s": None if settled is None else round(settled, 1),
         "tenants": phase_report(records, cfg.slas()),
         "scaled_1_2_1": scaled_up_and_down(points),
+        "scale_up_s": scale_up_s(points),
         "peak_replicas": max((p["running"] for p in points), default=0),
         "replica_seconds": round(replica_seconds(points, end_s), 1),
         "timeline": points,

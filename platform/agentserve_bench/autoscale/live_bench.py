@@ -152,7 +152,8 @@ def markdown_summary(report: dict[str, Any]) -> str:
         went = "yes" if r["scaled_1_2_1"] else "no"
         lines.append(
             f"- priority {phase}: replicas {timeline_text(r['timeline'])}; 1 -> 2 -> 1: "
-            f"{went}; {r['replica_seconds']:,.0f} replica-seconds; replay {r['replay_s']:g} s"
+            f"{went}; scale-up replica started in {r.get('scale_up_s')} s; "
+            f"{r['replica_seconds']:,.0f} replica-seconds; replay {r['replay_s']:g} s"
         )
     helps = report.get("priority_helps_interactive")
     if helps is not None:

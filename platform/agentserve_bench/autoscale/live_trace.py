@@ -160,6 +160,19 @@ def scaled_up_and_down(timeline: Sequence[dict]) -> bool:
     return stage == 3
 
 
+def scale_up_s(timeline: Sequence[dict]) -> float | None:
+    """Seconds from the first point with a STARTING replica (Ray starts it right after the
+    policy's decision) to the first point with more RUNNING replicas than before it: a
+    scale-up replica's start, to within the timeline's polling step. None without one."""
+    before = None
+    for point in timeline:
+        if before is None and point.get("states", {}).get("STARTING"):
+            before = point
+        elif before is not None and point["running"] > before["running"]:
+            return round(point["t_s"] - before["t_s"], 1)
+    return None
+
+
 def replica_seconds(timeline: Sequence[dict], end_s: float) -> float:
     """Running replicas integrated over time, from the first point to `end_s`."""
     total = 0.0

@@ -25,6 +25,7 @@ from agentserve_bench.autoscale.live_trace import (
     phase_report,
     prompt_text,
     replica_seconds,
+    scale_up_s,
     scaled_up_and_down,
 )
 
@@ -124,6 +125,18 @@ def test_scaled_up_and_down_follows_running_replicas_in_order(pairs, went):
     assert scaled_up_and_down(_points(*pairs)) is went
 
 
+def test_scale_up_s_runs_from_the_first_starting_replica_to_one_more_running():
+    timeline = [
+        {"t_s": 0.0, "running": 1, "states": {"RUNNING": 1}},
+        {"t_s": 19.3, "running": 1, "states": {"RUNNING": 1, "STARTING": 1}},
+        {"t_s": 88.7, "running": 2, "states": {"RUNNING": 2}},
+        {"t_s": 270.5, "running": 1, "states": {"RUNNING": 1, "STOPPING": 1}},
+    ]
+    assert scale_up_s(timeline) == 69.4
+    assert scale_up_s(_points((0, 1), (40, 1))) is None  # never scaled up
+    assert scale_up_s(timeline[:2]) is None  # still starting at the end
+
+
 def test_replica_seconds_integrates_running_replicas_to_the_end():
     assert replica_seconds(_points((0, 1), (40, 2), (100, 1)), 160.0) == 40 + 120 + 60
     assert replica_seconds([], 10.0) == 0.0
@@ -143,7 +156,8 @@ def test_priority_off_is_arrival_order_without_engine_priority_and_on_is_both():
     model = on.models[0]
     assert (model.replicas.min_replicas, model.replicas.max_replicas) == (1, 2)
     assert model.engine == "vllm" and not model.drafter.enabled
-    assert model.engine_args == {"enforce_eager": True}
+    # compiled or eager is the CPU's choice (cpu_settings.COMPILE_BY_CPU), as for agentserve up
+    assert "enforce_eager" not in model.engine_args
     assert on.autoscaling.policy == "sla"
     tenants = {t.name: t for t in on.tenants}
     assert tenants["batch"].sla_class == "batch" and tenants["interactive"].sla_class is None
