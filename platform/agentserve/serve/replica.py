@@ -40,7 +40,7 @@ from agentserve.engine.protocol import (
 from agentserve.engine.registry import engine_class
 from agentserve.serve.coalesce import coalesced
 from agentserve.serve.replica_stats import ReplicaStats
-from agentserve.serve.sleep_gate import sleep_gate
+from agentserve.serve.sleep_gate import SleepGate, sleep_gate
 from agentserve.serve.spans import speculative_tokens, traced_stream
 from agentserve.spec import ModelSpec, TracingSpec
 from agentserve.tracing import make_tracer
@@ -79,6 +79,7 @@ class ModelReplica:
         self.speculative_tokens = speculative_tokens(self.engine, model)
         self.windows = ReplicaStats(window_s)
         self.health_failures = 0  # consecutive failed probes of the watchdog
+        self.sleep_gate: SleepGate | None = None  # set once the engine is up
         _import_request_types()
         await self.engine.start()
         self.windows.start_s = time.monotonic() - constructed  # construction -> engine ready
