@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentserve.speculation_choice import SERVED_FACTOR, Choice, choose
+from agentserve.speculation_choice import SERVED_FACTOR, Choice, choose, drafter_fraction
 
 __all__ = [
     "DECISIONS_ENV",
@@ -31,17 +31,6 @@ __all__ = [
 ]
 
 DECISIONS_ENV = "AGENTSERVE_SPECULATION_DECISIONS"
-
-
-def _drafter_fraction(drafter_dir: Path | None) -> float | None:
-    """A DFlash drafter's layers as a share of its target's (its drafting cost), or None."""
-    if drafter_dir is None:
-        return None
-    try:
-        config = json.loads((drafter_dir / "config.json").read_text(encoding="utf-8"))
-        return config["num_hidden_layers"] / config["num_target_layers"]
-    except (OSError, ValueError, KeyError, ZeroDivisionError):
-        return None
 
 
 def calibrated_choice(
@@ -60,7 +49,7 @@ def calibrated_choice(
     )
     acceptance = {"ngram": MEASURED_ACCEPTANCE["ngram"]}
     fractions = {"ngram": 0.0}
-    fraction = _drafter_fraction(drafter_dir)
+    fraction = drafter_fraction(drafter_dir)
     if fraction is not None:
         acceptance["dflash"] = MEASURED_ACCEPTANCE["dflash"]
         fractions["dflash"] = fraction

@@ -19,18 +19,29 @@ CPUs without bf16 instructions float32 verification and prefill can beat bf16.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentserve.autoscale.model import geometric_tau
 
-__all__ = ["SERVED_FACTOR", "Choice", "choose", "predicted_speedup", "served_factors"]
+__all__ = [
+    "SERVED_FACTOR",
+    "Choice",
+    "choose",
+    "drafter_fraction",
+    "predicted_speedup",
+    "served_factors",
+    "speculative_step_factor",
+]
 
 # measured served speedup / speedup predicted from the step-cost profile, per method, on the
 # kinds of CPU with both figures (served_factors over
-# docs/benchmarks/calibration.json and speculative.json; a unit test holds this equal)
-SERVED_FACTOR: dict[str, float] = {"ngram": 0.502, "dflash": 0.724}
+# docs/benchmarks/calibration.json and speculative.json with the shipped drafter's
+# draft fraction; a unit test holds this equal)
+SERVED_FACTOR: dict[str, float] = {"ngram": 0.502, "dflash": 0.772}
 
 MIN_GAIN = 1.15  # speculation must be predicted this much faster than plain at batch 1
 NOMINAL_PROMPT, NOMINAL_OUTPUT = 512, 128  # an agent turn: tool results in, a reply out
@@ -77,11 +88,16 @@ def predicted_speedup(
 
 
 def served_factors(
-    profiles: list[Mapping[str, Any]], records: list[Mapping[str, Any]]
+    profiles: list[Mapping[str, Any]],
+    records: list[Mapping[str, Any]],
+    draft_fraction: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """{method: min over served agentserve rows at concurrency 1 of measured speedup /
-    speedup predicted from the profile of the same kind of machine with the row's own tau},
-    capped at 1 (only ever a correction downwards). Methods with no pair are absent."""
+    speedup predicted from the profile of the same kind of machine with the row's own tau
+    and the method's `draft_fraction` (as `choose` predicts it: the drafting is in the
+    prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at 1
+    (only ever a correction downwards). Methods with no pair are absent."""
+    draft_fraction = draft_fraction or {}
     by_class = {p["machine"]["cpu_class"]: p for p in profiles}
     out: dict[str, float] = {}
     for r in records:
@@ -93,10 +109,31 @@ def served_factors(
         profile, k = by_class[machine], int(r["num_speculative_tokens"])
         if r.get("dtype") not in profile["dtypes"] or k + 1 > max(_ks(profile, r["dtype"], 1)) + 1:
             continue
-        predicted = predicted_speedup(profile, r["dtype"], 1, k, float(r["tau"]))
+        frac = draft_fraction.get(r["method"], 0.0)
+        predicted = predicted_speedup(profile, r["dtype"], 1, k, float(r["tau"]), frac)
         factor = min(1.0, float(r["speedup_vs_plain"]) / predicted)
         out[r["method"]] = round(min(out.get(r["method"], 1.0), factor), 3)
     return out
+
+
+def speculative_step_factor(method: str | None, draft_fraction: float = 0.0) -> float:
+    """What a speculative step of `method` costs against the verification GEMMs the profile
+    predicts: the drafting (`draft_fraction` of a verification pass) and what the rest of
+    vLLM's step adds (1 / SERVED_FACTOR); 1.0 for a method without a served factor."""
+    if method not in SERVED_FACTOR:
+        return 1.0
+    return (1.0 + draft_fraction) / SERVED_FACTOR[method]
+
+
+def drafter_fraction(drafter_dir: Path | None) -> float | None:
+    """A DFlash drafter's layers as a share of its target's (its drafting cost), or None."""
+    if drafter_dir is None:
+        return None
+    try:
+        config = json.loads((drafter_dir / "config.json").read_text(encoding="utf-8"))
+        return config["num_hidden_layers"] / config["num_target_layers"]
+    except (OSError, ValueError, KeyError, ZeroDivisionError):
+        return None
 
 
 def choose(

@@ -45,11 +45,10 @@ def measure(model_dir: Path) -> dict[str, Any]:
 
 def _choice(profile: dict[str, Any]) -> dict[str, Any]:
     from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE
-    from agentserve.calibration import SERVED_FACTOR, _drafter_fraction
     from agentserve.drafters import BUNDLED_DRAFTER_DIR
-    from agentserve.speculation_choice import choose
+    from agentserve.speculation_choice import SERVED_FACTOR, choose, drafter_fraction
 
-    fractions = {"ngram": 0.0, "dflash": _drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0}
+    fractions = {"ngram": 0.0, "dflash": drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0}
     choice = choose(profile, MEASURED_ACCEPTANCE, fractions, SERVED_FACTOR)
     return {k: v for k, v in choice.as_dict().items() if k != "candidates"}
 
@@ -110,7 +109,7 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
                 f"| {costs['prefill_ms_per_token']:.3f} | {pick} "
                 f"| {c.get('predicted_speedup', 1.0):.2f}x | {r.get('date', '')} |"
             )
-    from agentserve.calibration import SERVED_FACTOR
+    from agentserve.speculation_choice import SERVED_FACTOR
 
     factors = ", ".join(f"{m} {f:.2f}" for m, f in sorted(SERVED_FACTOR.items()))
     lines += [
@@ -120,8 +119,9 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
         "speculation only where that is >= 1.15x at batch 1 and >= 1.0x at batch 4, and the",
         "dtype with the shortest nominal agent turn (512-token prefill, 128 tokens out). The",
         "served factor is the measured served speedup over the speedup predicted from the",
-        f"profile with the row's own tau, the lowest over the served rows ({factors}): vLLM's",
-        "whole speculative step costs more than its GEMMs. On a kind of CPU with served figures",
+        "profile with the row's own tau and drafting share, the lowest over the served rows",
+        f"({factors}): vLLM's whole speculative step costs more than its GEMMs and the",
+        "drafting. On a kind of CPU with served figures",
         "(DEFAULT_SPECULATION) those decide; the calibration above agrees with them on amx.",
     ]
     return "\n".join(lines)

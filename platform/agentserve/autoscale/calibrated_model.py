@@ -11,8 +11,9 @@ from which measurement:
   i.e. the roofline of the step's GEMMs, then times SERVED_STEP_FACTOR: a served plain step
   at concurrency 1 over the profile's decode step at batch 1 (`served_step_factor`), since
   attention, sampling and the scheduler add to every step what the GEMMs do not show.
-- `speculative_step_factor`: 1 / speculation_choice.SERVED_FACTOR[method], the correction the
-  speculation choice (speculation_choice.choose) applies to every predicted speedup, so
+- `speculative_step_factor`: speculation_choice.speculative_step_factor (the drafting,
+  then 1 / SERVED_FACTOR[method]), the correction the speculation choice
+  (speculation_choice.choose) applies to every predicted speedup, so
   the schedule at batch 1 and the calibrated choice weigh a verification step alike. A
   method without a served factor keeps the GEMM ratio (an upper bound of the engine's).
 - `prefill_ms_per_token`, `alpha_1`, `alpha_drop_per_doubling`: from `base`. The profile's
@@ -44,8 +45,9 @@ from agentserve.autoscale.model import (
     Measurement,
     fit,
 )
+from agentserve.drafters import BUNDLED_DRAFTER_DIR
 from agentserve.spec import BUNDLED_MODEL, ModelSpec
-from agentserve.speculation_choice import SERVED_FACTOR
+from agentserve.speculation_choice import drafter_fraction, speculative_step_factor
 
 __all__ = [
     "RECORDED_STEP_TERMS",
@@ -86,13 +88,14 @@ def _from_terms(
     terms: StepTerms, method: str | None, base: LatencyModel, step_factor: float
 ) -> LatencyModel:
     base_ms, knee, per_token = terms
-    served = SERVED_FACTOR.get(method or "", 1.0)
+    # the drafting cost of DFlash: the shipped drafter's, whose acceptance the model uses too
+    draft = (drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0) if method == "dflash" else 0.0
     return dataclasses.replace(
         base,
         base_ms=round(base_ms * step_factor, 3),
         knee_tokens=knee,
         per_token_ms=round(per_token * step_factor, 4),
-        speculative_step_factor=round(1.0 / served, 4),
+        speculative_step_factor=round(speculative_step_factor(method, draft), 4),
     )
 
 

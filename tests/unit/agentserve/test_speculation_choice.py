@@ -11,14 +11,21 @@ from pathlib import Path
 import pytest
 from agentserve import spec_defaults
 from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE
-from agentserve.calibration import SERVED_FACTOR, _drafter_fraction
 from agentserve.drafters import BUNDLED_DRAFTER_DIR, DEFAULT_SPECULATION
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
-from agentserve.speculation_choice import MIN_GAIN, Choice, choose, served_factors
+from agentserve.speculation_choice import (
+    MIN_GAIN,
+    SERVED_FACTOR,
+    Choice,
+    choose,
+    drafter_fraction,
+    predicted_speedup,
+    served_factors,
+)
 
 BENCH = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
-FRACTIONS = {"ngram": 0.0, "dflash": _drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0}
+FRACTIONS = {"ngram": 0.0, "dflash": drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0}
 
 
 def _profiles() -> list[dict]:
@@ -70,7 +77,27 @@ def test_where_served_figures_exist_the_calibrated_choice_agrees_with_them():
 
 def test_the_served_factor_is_the_one_the_figures_give():
     rows = json.loads((BENCH / "speculative.json").read_text())
-    assert served_factors(_profiles(), rows) == SERVED_FACTOR
+    assert served_factors(_profiles(), rows, FRACTIONS) == SERVED_FACTOR
+
+
+def test_the_choice_predicts_the_served_speedup_it_was_corrected_by():
+    """choose() scales predicted_speedup(..., draft fraction) by SERVED_FACTOR: for the
+    served row that sets a method's factor this gives back the measured speedup, so the
+    drafting is counted once (a factor fitted without it counted DFlash's drafting twice)."""
+    rows = json.loads((BENCH / "speculative.json").read_text())
+    by_class = {p["machine"]["cpu_class"]: p for p in _profiles()}
+    for method, factor in SERVED_FACTOR.items():
+        ratios = []  # corrected prediction / measured: at most 1, and 1 on the setting row
+        for r in rows:
+            profile = by_class.get((r.get("machine") or {}).get("cpu_class"))
+            if not (profile and r.get("path") == "served" and r.get("method") == method):
+                continue
+            if r.get("server") != "agentserve" or r.get("concurrency") != 1 or not r.get("tau"):
+                continue
+            k, frac = int(r["num_speculative_tokens"]), FRACTIONS[method]
+            predicted = predicted_speedup(profile, r["dtype"], 1, k, float(r["tau"]), frac)
+            ratios.append(factor * predicted / r["speedup_vs_plain"])
+        assert max(ratios) == pytest.approx(1.0, abs=0.01), (method, ratios)
 
 
 def test_verification_that_costs_more_than_it_returns_means_plain_decoding():
