@@ -81,7 +81,11 @@ def with_default_drafters(
                     "drafts with DFlash instead"
                 )
             continue
-        if method == "dflash" and model.drafter.path is None and shipped(model.source) is None:
+        if (
+            method in ("dflash", "hybrid")
+            and model.drafter.path is None
+            and shipped(model.source) is None
+        ):
             entry["drafter"]["enabled"] = False
             notes.append(
                 f"model {model.name}: no shipped DFlash drafter installed; serving without "

@@ -91,7 +91,7 @@ def method_configs(
 
     configs: dict[str, dict[str, Any] | None] = {"none": None}
     for method in methods:
-        if method == "dflash" and drafter_dir is None:
+        if method in ("dflash", "hybrid") and drafter_dir is None:
             raise FileNotFoundError("no drafter: pass --drafter or train one")
         configs[method] = method_speculative_config(method, k, model_dir, drafter_dir)
     return configs

@@ -23,6 +23,7 @@ from multiprocessing import get_context
 from typing import Any
 
 from agentserve.engine.vllm_args import shutdown_offline, spec_decode_counters
+from agentserve_bench.speculative import llm_speculation
 
 from dflash.train.responses import cpu_engine_env
 
@@ -203,7 +204,7 @@ def _sampling_worker(
         seed=0,
         enable_prefix_caching=True,
         disable_log_stats=False,
-        speculative_config=speculative_config,
+        **llm_speculation(speculative_config),
         **(engine_overrides or {}),
     )
     try:

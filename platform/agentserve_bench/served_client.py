@@ -177,15 +177,32 @@ _COUNTERS = {
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+)")
 
 
+_PROPOSER = re.compile(r'proposer="([^"]*)"')
+
+
 def parse_spec_counters(text: str) -> dict[str, float]:
     """Speculation counters (drafts, draft_tokens, accepted_tokens), summed over labels, from a
-    Prometheus text page of vLLM's server or agentserve's admin endpoint (pure)."""
+    Prometheus text page of vLLM's server or agentserve's admin endpoint (pure); with hybrid
+    drafting also "PROPOSER.drafts", "PROPOSER.draft_tokens", "PROPOSER.accepted_tokens"
+    per proposer (agentserve_spec_decode_proposer_*)."""
     out = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
-        if match and match.group(1) in _COUNTERS:
-            out[_COUNTERS[match.group(1)]] += float(match.group(3))
+        if not match:
+            continue
+        name = match.group(1)
+        if name in _COUNTERS:
+            out[_COUNTERS[name]] += float(match.group(3))
+        elif name.startswith(_BY_PROPOSER) and name.endswith("_total"):
+            proposer = _PROPOSER.search(match.group(2) or "")
+            field = name.removeprefix(_BY_PROPOSER).removesuffix("_total")
+            if proposer:
+                key = f"{proposer.group(1)}.{field}"
+                out[key] = out.get(key, 0.0) + float(match.group(3))
     return out
+
+
+_BY_PROPOSER = "agentserve_spec_decode_proposer_"
 
 
 def read_spec_counters(metrics_url: str) -> dict[str, float]:

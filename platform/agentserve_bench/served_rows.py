@@ -17,6 +17,7 @@ __all__ = [
     "MIN_C1_SPEEDUP",
     "MIN_LOADED_SPEEDUP",
     "by_machine",
+    "by_proposer",
     "fill_ratios",
     "method_scores",
     "row",
@@ -65,11 +66,31 @@ def row(
         "tau": round(1 + accepted / drafts, 3) if drafts else (1.0 if method == "none" else None),
         "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
         "drafts": int(drafts),
+        **by_proposer(counters),
         "machine": machine,
         "settings": settings,
         "engine_env": engine_env,
         "texts": texts,
     }
+
+
+def by_proposer(counters: dict[str, float]) -> dict[str, Any]:
+    """Hybrid drafting's split ("PROPOSER.drafts" etc. in `counters`): {"proposers":
+    {name: {"drafts", "share" of all drafts, "tau" of its drafts}}}; {} for other methods."""
+    names = sorted({key.split(".", 1)[0] for key in counters if "." in key})
+    total = sum(counters.get(f"{n}.drafts", 0.0) for n in names)
+    if not names or not total:
+        return {}
+    out = {}
+    for n in names:
+        drafts = counters.get(f"{n}.drafts", 0.0)
+        accepted = counters.get(f"{n}.accepted_tokens", 0.0)
+        out[n] = {
+            "drafts": int(drafts),
+            "share": round(drafts / total, 3),
+            "tau": round(1 + accepted / drafts, 3) if drafts else None,
+        }
+    return {"proposers": out}
 
 
 def fill_ratios(records: list[dict[str, Any]], default_method: str | None) -> list[dict[str, Any]]:

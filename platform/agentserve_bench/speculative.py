@@ -10,6 +10,7 @@ per-position acceptance, and whether greedy outputs equal the baseline.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -17,7 +18,14 @@ from multiprocessing import get_context
 from typing import Any
 
 from agentserve.autoscale.spec_schedule import with_speculation_schedule
-from agentserve.engine.vllm_args import shutdown_offline, spec_decode_counters, speculative_config
+from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
+from agentserve.engine.hybrid_drafter import STATS_INTERVAL_S, proposer_rows, with_stats_path
+from agentserve.engine.vllm_args import (
+    hybrid_config,
+    shutdown_offline,
+    spec_decode_counters,
+    speculative_config,
+)
 from agentserve.spec import DeploymentSpec
 
 from dflash.train.responses import cpu_engine_env
@@ -25,6 +33,7 @@ from dflash.train.responses import cpu_engine_env
 __all__ = [
     "VLLM_METHODS",
     "histogram_from_positions",
+    "llm_speculation",
     "method_speculative_config",
     "reference_runs",
     "vllm_runs",
@@ -57,14 +66,28 @@ def method_speculative_config(
     drafter: dict[str, Any] = {"enabled": name != "none", "num_speculative_tokens": max(k, 1)}
     if name != "none":
         drafter["method"] = name
-    if name in ("dflash", "eagle3"):
+    if name in ("dflash", "hybrid", "eagle3"):
         drafter["path"] = drafter_dir
+    if name == "hybrid":
+        drafter["dflash_tokens"] = min(3, max(k, 1))
     spec = DeploymentSpec.model_validate(
         {"models": [{"name": "bench", "source": model_dir, "drafter": drafter}]}
     )
     if scheduled:
         spec = with_speculation_schedule(spec)
-    return speculative_config(spec.models[0])
+    config = speculative_config(spec.models[0])
+    hybrid = hybrid_config(spec.models[0])
+    return config if hybrid is None or config is None else {**config, **hybrid}
+
+
+def llm_speculation(config: dict[str, Any] | None) -> dict[str, Any]:
+    """vllm.LLM keyword arguments for a `method_speculative_config` result: the hybrid
+    settings it carries go to `additional_config`, the rest is the speculative_config."""
+    if config is None or HYBRID_CONFIG_KEY not in config:
+        return {"speculative_config": config}
+    config = dict(config)
+    hybrid = {HYBRID_CONFIG_KEY: config.pop(HYBRID_CONFIG_KEY)}
+    return {"speculative_config": config, "additional_config": hybrid}
 
 
 def _vllm_worker(
@@ -86,6 +109,8 @@ def _vllm_worker(
     from vllm import LLM, SamplingParams
 
     cpu_engine_env()
+    speculation = llm_speculation(method_speculative_config(method, k, model_dir, drafter_dir))
+    stats_path = with_stats_path(speculation)  # hybrid: counts per proposer
     llm = LLM(
         model=model_dir,
         dtype=dtype,
@@ -94,7 +119,7 @@ def _vllm_worker(
         seed=0,
         enable_prefix_caching=False,
         disable_log_stats=False,
-        speculative_config=method_speculative_config(method, k, model_dir, drafter_dir),
+        **speculation,
         **(engine_overrides or {}),
     )
     try:
@@ -105,6 +130,7 @@ def _vllm_worker(
         for temperature in temperatures:
             for batch in batch_sizes:
                 before = spec_decode_counters(llm.get_metrics())
+                proposers_before = proposer_rows(stats_path)
                 outputs: list[list[int]] = []
                 start = time.perf_counter()
                 for i in range(0, len(prompts), batch):
@@ -150,8 +176,15 @@ def _vllm_worker(
                         "outputs": outputs,
                     }
                 )
+                if stats_path:  # the engine writes its counts every 0.5 s
+                    time.sleep(STATS_INTERVAL_S)
+                    cells[-1]["proposers"] = proposer_delta(
+                        proposer_rows(stats_path), proposers_before
+                    )
     finally:
         shutdown_offline(llm)
+        if stats_path:
+            os.unlink(stats_path)
     return cells
 
 
@@ -190,6 +223,20 @@ def vllm_runs(
         )
         cells += got
     return cells
+
+
+def proposer_delta(after: tuple, before: tuple) -> dict[str, dict[str, int]]:
+    """{proposer: {drafts, drafted_tokens, accepted_tokens}} gained between two
+    `proposer_rows` readings."""
+    base = {row[0]: row[1:] for row in before}
+    return {
+        name: dict(
+            zip(("drafts", "drafted_tokens", "accepted_tokens"),
+                (a - b for a, b in zip(counts, base.get(name, (0, 0, 0)), strict=True)),
+                strict=True)
+        )
+        for name, *counts in after
+    }  # fmt: skip
 
 
 def reference_runs(

@@ -147,7 +147,7 @@ def _measure(
                 )
                 time.sleep(args.metrics_settle_s)  # replica stats reach /metrics periodically
                 after = read_spec_counters(metrics_url)
-                counters = {key: after[key] - before[key] for key in after}
+                counters = {key: after[key] - before.get(key, 0.0) for key in after}
                 figures = level_figures(replies, wall)
                 records.append(row(
                     server=server, method=method, k=k, workload=workload, concurrency=c,

@@ -2,7 +2,8 @@
 
 Each engine starts in its own spawned process (eager: ~30 s on this CPU): no speculation,
 the shipped drafter, a random reduced-vocabulary drafter written in the published checkpoint
-layout (its own lm_head + d2t), and a float32 pair that must be token-identical.
+layout (its own lm_head + d2t), and a float32 set (plain, DFlash, hybrid) that must be
+token-identical.
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ def test_vllm_dflash_is_token_identical_and_accepts(setup):
     assert spec["tau"] > random[0]["tau"] + 0.1
 
 
-def test_vllm_dflash_greedy_is_token_identical_in_float32(setup):
-    """With float32 kernels (no near-tie flips), DFlash greedy output equals plain greedy
-    output on every prompt, at batch 1 and 4: a loss of identity here is a bug, not numerics."""
+def test_vllm_dflash_and_hybrid_greedy_are_token_identical_in_float32(setup):
+    """With float32 kernels (no near-tie flips), DFlash and hybrid (n-gram where prompt
+    lookup matches, else DFlash) greedy output equals plain greedy output on every prompt,
+    at batch 1 and 4: a loss of identity here is a bug, not numerics."""
     model_dir, prompts, _ = setup
     drafter = str(shipped_drafter(BUNDLED_MODEL))
     cells = vllm_runs(
@@ -100,15 +102,21 @@ def test_vllm_dflash_greedy_is_token_identical_in_float32(setup):
         32,
         [1, 4],
         [0.0],
-        methods=[("none", 0), ("dflash", 7)],
+        methods=[("none", 0), ("dflash", 7), ("hybrid", 4)],
         engine_overrides={"enforce_eager": True},
         dtype="float32",
     )
     for batch in (1, 4):
-        plain, spec = (
+        plain, spec, hybrid = (
             next(c for c in cells if c["method"] == m and c["batch_size"] == batch)
-            for m in ("none", "dflash")
+            for m in ("none", "dflash", "hybrid")
         )
         assert spec["dtype"] == "float32"
         assert spec["outputs"] == plain["outputs"], f"batch {batch}"
         assert spec["tau"] > 1.0
+        assert hybrid["outputs"] == plain["outputs"], f"hybrid, batch {batch}"
+        # both proposers drafted (the runner hook ran) and n-gram drafts were accepted
+        proposers = hybrid["proposers"]
+        assert proposers["ngram"]["drafts"] > 0 and proposers["dflash"]["drafts"] > 0
+        assert proposers["ngram"]["accepted_tokens"] > 0
+        assert hybrid["tau"] > 1.0

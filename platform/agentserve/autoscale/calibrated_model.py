@@ -89,7 +89,8 @@ def _from_terms(
 ) -> LatencyModel:
     base_ms, knee, per_token = terms
     # the drafting cost of DFlash: the shipped drafter's, whose acceptance the model uses too
-    draft = (drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0) if method == "dflash" else 0.0
+    uses_drafter = method in ("dflash", "hybrid")  # hybrid runs the drafter every step
+    draft = (drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0) if uses_drafter else 0.0
     return dataclasses.replace(
         base,
         base_ms=round(base_ms * step_factor, 3),

@@ -352,12 +352,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--speculation",
-        choices=("dflash", "ngram", "suffix", "eagle3", "mtp", "none"),
+        choices=("dflash", "ngram", "hybrid", "suffix", "eagle3", "mtp", "none"),
         default=None,
         help="speculative decoding method for every model (default: the spec's drafter; "
         f"the bundled model speculates with {_default_method()}, measured fastest for it in "
         "docs/benchmarks.md). dflash uses the shipped DFlash drafter or drafter.path; ngram "
-        "(prompt lookup) needs no drafter; eagle3 needs drafter.path in the spec",
+        "(prompt lookup) needs no drafter; hybrid drafts with n-gram where prompt lookup "
+        "matches and with the DFlash drafter elsewhere; eagle3 needs drafter.path in the spec",
     )
     p.add_argument(
         "--start-timeout-s",

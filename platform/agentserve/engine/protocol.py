@@ -172,6 +172,8 @@ class EngineStats:
     (tokens emitted per verify step) = 1 + accepted / drafts. `spec_by_batch` splits the
     same counters by the running batch size of each step: (batch, drafts, drafted tokens,
     accepted tokens) sorted by batch; empty when the engine does not report it.
+    `spec_by_proposer` splits them by the proposer that drafted (hybrid drafting: "ngram",
+    "dflash"): (proposer, drafts, drafted tokens, accepted tokens); empty otherwise.
     """
 
     running: int = 0
@@ -180,6 +182,7 @@ class EngineStats:
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     spec_by_batch: tuple[tuple[int, int, int, int], ...] = ()
+    spec_by_proposer: tuple[tuple[str, int, int, int], ...] = ()
 
     @property
     def acceptance_length(self) -> float:

@@ -16,6 +16,7 @@ from typing import Any
 from agentserve.drafters import shipped_drafter
 from agentserve.engine.cpu_settings import compile_on_cpu
 from agentserve.model_sources import ModelNotFoundError, is_hub_id
+from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
 from agentserve.spec import ModelSpec
 from dflash.config import DFlashConfig
 
@@ -26,6 +27,7 @@ __all__ = [
     "engine_kwargs",
     "exports_vllm_metrics",
     "frontend_kwargs",
+    "hybrid_config",
     "shutdown_offline",
     "spec_decode_counters",
     "speculative_config",
@@ -93,12 +95,13 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
     if not drafter.enabled:
         return None
     config: dict[str, Any] = {
-        "method": drafter.method,
+        # hybrid: vLLM runs DFlash, our runner hook adds n-gram drafts (hybrid_drafter.py)
+        "method": "dflash" if drafter.method == "hybrid" else drafter.method,
         "num_speculative_tokens": drafter.num_speculative_tokens,
     }
-    if drafter.method in ("dflash", "eagle3"):
+    if drafter.method in ("dflash", "hybrid", "eagle3"):
         config["model"] = str(_drafter_dir(model))
-        if drafter.method == "dflash":
+        if drafter.method in ("dflash", "hybrid"):
             _check_dflash_drafter(model, Path(config["model"]))
     elif drafter.method == "ngram":
         config["prompt_lookup_min"] = drafter.prompt_lookup_min
@@ -112,6 +115,22 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
         schedule = drafter.num_speculative_tokens_per_batch_size
         config["num_speculative_tokens_per_batch_size"] = [tuple(r) for r in schedule]
     return config
+
+
+def hybrid_config(model: ModelSpec, stats_path: str | None = None) -> dict[str, Any] | None:
+    """vLLM `additional_config` that turns on hybrid drafting in the engine's model runner
+    (agentserve/engine/hybrid_drafter.py), or None for every other method."""
+    drafter = model.drafter
+    if not drafter.enabled or drafter.method != "hybrid":
+        return None
+    settings: dict[str, Any] = {
+        "prompt_lookup_min": drafter.prompt_lookup_min,
+        "prompt_lookup_max": drafter.prompt_lookup_max,
+        "dflash_tokens": drafter.dflash_tokens,
+    }
+    if stats_path:
+        settings["stats_path"] = stats_path
+    return {HYBRID_CONFIG_KEY: settings}
 
 
 def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> dict[str, Any]:
@@ -132,6 +151,8 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
     }
     if model.async_scheduling:
         kwargs["async_scheduling"] = True
+    if (hybrid := hybrid_config(model)) is not None:
+        kwargs["additional_config"] = hybrid
     if model.priority_scheduling:  # the ingress sets each priority (admission/priority.py)
         kwargs["scheduling_policy"] = "priority"
     if model.kv_cache_dtype != "auto":

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.engine.cpu_settings import apply_cpu_engine_settings
+from agentserve.engine.hybrid_drafter import proposer_rows, with_stats_path
 from agentserve.engine.logprobs import from_vllm, trim
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
@@ -92,6 +93,7 @@ class VLLMEngine:
         self._by_batch = SpecByBatch()  # fed per engine step by a vLLM stat logger
         self._progress = StepProgress()  # ... and marks each step (a hung engine has none)
         self._watch_steps = False
+        self._hybrid_stats: str | None = None
 
     @classmethod
     def from_model(cls, model: ModelSpec) -> VLLMEngine:
@@ -119,6 +121,7 @@ class VLLMEngine:
             resolve_model, self.spec.source, revision=self.spec.revision, progress=True
         )
         kwargs = await asyncio.to_thread(engine_kwargs, self.spec, model_dir, **self._overrides)
+        self._hybrid_stats = with_stats_path(kwargs)  # hybrid: per-proposer counts
         engine_args = AsyncEngineArgs(**kwargs)
         self._watch_steps = not kwargs.get("disable_log_stats")  # steps come with stats
         loggers = stat_loggers(
@@ -211,6 +214,7 @@ class VLLMEngine:
             spec_draft_tokens=spec["draft_tokens"],
             spec_accepted_tokens=spec["accepted_tokens"],
             spec_by_batch=self._by_batch.snapshot(),
+            spec_by_proposer=proposer_rows(self._hybrid_stats),
         )
 
     async def sleep(self) -> None:
@@ -230,6 +234,8 @@ class VLLMEngine:
         if self._client is not None:
             self._client.shutdown()
             self._client = None
+        if self._hybrid_stats:
+            Path(self._hybrid_stats).unlink(missing_ok=True)
 
 
 def stat_loggers(ours: Any, export: bool) -> list[Any]:

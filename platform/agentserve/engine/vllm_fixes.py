@@ -182,7 +182,12 @@ def register() -> None:
     """vLLM general-plugin entry point: apply the fixes this vLLM build needs.
 
     Never raises: a failed probe must not stop an engine from starting, so it is logged.
+    The same hook installs hybrid drafting (a feature, not a fix: it stays on with the
+    fixes turned off, and acts only on engines whose configuration asks for it).
     """
+    from agentserve.engine import hybrid_drafter
+
+    hybrid_drafter.install()
     if os.environ.get(DISABLE_ENV) == "0":
         log.warning("agentserve: %s=0, running vLLM's kernels as shipped", DISABLE_ENV)
         return

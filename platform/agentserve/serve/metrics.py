@@ -83,6 +83,21 @@ class _EngineStatsCollector(Collector):
                 "Mean tokens per verify step since start, by running batch size bucket.",
                 labels=["model", "batch"],
             ),
+            "proposer_drafts": CounterMetricFamily(
+                "agentserve_spec_decode_proposer_drafts",
+                "Verify steps that carried a draft, by proposer (hybrid drafting).",
+                labels=["model", "proposer"],
+            ),
+            "proposer_draft_tokens": CounterMetricFamily(
+                "agentserve_spec_decode_proposer_draft_tokens",
+                "Tokens proposed, by proposer (hybrid drafting).",
+                labels=["model", "proposer"],
+            ),
+            "proposer_accepted": CounterMetricFamily(
+                "agentserve_spec_decode_proposer_accepted_tokens",
+                "Drafted tokens accepted, by proposer (hybrid drafting).",
+                labels=["model", "proposer"],
+            ),
         }
         for model, s in sorted(self.snapshots.items()):
             families["drafts"].add_metric([model], s.spec_drafts)
@@ -95,6 +110,10 @@ class _EngineStatsCollector(Collector):
                 families["batch_drafts"].add_metric([model, bucket], drafts)
                 families["batch_accepted"].add_metric([model, bucket], accepted)
                 families["batch_length"].add_metric([model, bucket], 1.0 + accepted / drafts)
+            for proposer, drafts, drafted, accepted in s.spec_by_proposer:
+                families["proposer_drafts"].add_metric([model, proposer], drafts)
+                families["proposer_draft_tokens"].add_metric([model, proposer], drafted)
+                families["proposer_accepted"].add_metric([model, proposer], accepted)
         yield from families.values()
 
 

@@ -31,10 +31,12 @@ class DrafterSpec(_Spec):
         "or ./relative); null = the drafter shipped for the bundled model.",
     )
     revision: str | None = _revision_field("path")
-    method: Literal["dflash", "ngram", "suffix", "eagle3", "mtp"] = Field(
+    method: Literal["dflash", "ngram", "hybrid", "suffix", "eagle3", "mtp"] = Field(
         "dflash",
         description="vLLM speculative method: dflash (block-diffusion drafter; `path`, or the "
-        "shipped one for the bundled model), ngram (prompt lookup, no drafter), suffix "
+        "shipped one for the bundled model), ngram (prompt lookup, no drafter), hybrid "
+        "(n-gram drafts where prompt lookup finds a match, else the DFlash drafter's first "
+        "`dflash_tokens`; the drafter runs every step), suffix "
         "(suffix decoding, needs the arctic-inference package), eagle3 (an EAGLE-3 drafter "
         "at `path`), mtp (the model's own multi-token-prediction layers).",
     )
@@ -51,6 +53,13 @@ class DrafterSpec(_Spec):
     )
     prompt_lookup_max: int = Field(
         4, ge=1, description="ngram: longest suffix of the text matched in the prompt."
+    )
+    dflash_tokens: int = Field(
+        3,
+        ge=1,
+        le=64,
+        description="hybrid: tokens drafted by DFlash where prompt lookup finds no match "
+        "(at most num_speculative_tokens, which n-gram drafts use).",
     )
     num_speculative_tokens_per_batch_size: (
         list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]] | None
@@ -93,6 +102,12 @@ class DrafterSpec(_Spec):
             raise ValueError(
                 f"drafter.prompt_lookup_min ({self.prompt_lookup_min}) must be <= "
                 f"prompt_lookup_max ({self.prompt_lookup_max})"
+            )
+        if self.method == "hybrid" and self.dflash_tokens > self.num_speculative_tokens:
+            raise ValueError(
+                f"drafter.dflash_tokens ({self.dflash_tokens}) must be <= "
+                f"num_speculative_tokens ({self.num_speculative_tokens}): one engine k "
+                "bounds both proposers"
             )
         if self.num_speculative_tokens_per_batch_size is not None:
             check_speculation_schedule(

@@ -182,11 +182,16 @@ class ModelSpec(_Spec):
         if (
             drafter.enabled
             and drafter.path is None
-            and drafter.method == "dflash"
+            and drafter.method in ("dflash", "hybrid")
             and self.source != BUNDLED_MODEL
         ):
             raise ValueError(
                 "drafter.path is required: the shipped drafter only fits the bundled model"
+            )
+        if drafter.enabled and drafter.method == "hybrid" and self.async_scheduling:
+            raise ValueError(
+                "async_scheduling: hybrid drafting needs it off (vLLM cannot schedule "
+                "asynchronously with per-request draft lengths)"
             )
         if drafter.enabled and drafter.num_speculative_tokens >= self.max_model_len:
             raise ValueError(

@@ -106,6 +106,29 @@ def test_counters_from_both_servers_metrics():
     assert parse_spec_counters(ours) == {"drafts": 7, "draft_tokens": 0, "accepted_tokens": 5}
 
 
+def test_hybrid_rows_split_acceptance_by_proposer():
+    page = (
+        'agentserve_spec_decode_drafts_total{model="m"} 10\n'
+        'agentserve_spec_decode_accepted_tokens_total{model="m"} 14\n'
+        'agentserve_spec_decode_proposer_drafts_total{model="m",proposer="ngram"} 6\n'
+        'agentserve_spec_decode_proposer_accepted_tokens_total{model="m",proposer="ngram"} 12\n'
+        'agentserve_spec_decode_proposer_drafts_total{model="m",proposer="dflash"} 4\n'
+        'agentserve_spec_decode_proposer_accepted_tokens_total{model="m",proposer="dflash"} 2\n'
+    )
+    counters = parse_spec_counters(page)
+    assert counters["ngram.drafts"] == 6 and counters["dflash.accepted_tokens"] == 2
+    figures = {"decode_tokens_per_s": 9.0, "throughput_tokens_per_s": 9.0, "ttft_ms_p50": 1.0}
+    r = row(server="agentserve", method="hybrid", k=4, workload="coding", concurrency=1,
+            figures=figures, counters=counters, machine=MACHINE, dtype="bfloat16",
+            engine_env={}, texts=["a"])  # fmt: skip
+    assert r["tau"] == 2.4
+    assert r["proposers"] == {
+        "dflash": {"drafts": 4, "share": 0.4, "tau": 1.5},
+        "ngram": {"drafts": 6, "share": 0.6, "tau": 3.0},
+    }
+    assert "proposers" not in _row("ngram", "coding", 1, 9.0, drafts=3, acc=3)
+
+
 def test_level_figures_use_the_callers_clock():
     replies = [
         Reply(0.0, 0.5, 2.5, 21, "t"),

@@ -7,6 +7,7 @@ from agentserve.engine.vllm_args import (
     DrafterMissingError,
     engine_kwargs,
     exports_vllm_metrics,
+    hybrid_config,
     speculative_config,
 )
 from agentserve.spec import DeploymentSpec
@@ -136,6 +137,24 @@ def test_ngram_needs_no_drafter_and_passes_its_lookup_window():
     assert cfg == {"method": "mtp", "num_speculative_tokens": 7}
 
 
+def test_hybrid_runs_vllms_dflash_and_hands_its_lookup_window_to_the_runner_hook(drafter_dir):
+    model = _drafter_model(
+        source="/m", method="hybrid", path=str(drafter_dir), num_speculative_tokens=4
+    )
+    assert speculative_config(model) == {
+        "method": "dflash",
+        "model": str(drafter_dir),
+        "num_speculative_tokens": 4,
+    }
+    kwargs = engine_kwargs(model, "/models/x")
+    assert kwargs["additional_config"] == {
+        "agentserve_hybrid": {"prompt_lookup_min": 2, "prompt_lookup_max": 4, "dflash_tokens": 3}
+    }
+    assert hybrid_config(model, "/tmp/s.json")["agentserve_hybrid"]["stats_path"] == "/tmp/s.json"
+    dflash = _drafter_model(source="/m", method="dflash", path=str(drafter_dir))
+    assert hybrid_config(dflash) is None and "additional_config" not in engine_kwargs(dflash, "/x")
+
+
 def test_eagle3_points_vllm_at_its_drafter(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     cfg = speculative_config(_drafter_model(source="/m", method="eagle3", path=str(tmp_path)))
@@ -156,6 +175,12 @@ def test_suffix_without_arctic_inference_is_a_clear_error(monkeypatch):
         ("smollm2-135m-instruct", {"method": "ngram", "path": "/d"}, "uses no drafter model"),
         ("/m", {"method": "eagle3"}, "eagle3 needs an EAGLE-3 drafter"),
         ("/m", {"method": "dflash"}, "only fits the bundled model"),
+        ("/m", {"method": "hybrid"}, "only fits the bundled model"),
+        (
+            "smollm2-135m-instruct",
+            {"method": "hybrid", "num_speculative_tokens": 2, "dflash_tokens": 3},
+            "one engine k bounds both",
+        ),
         ("/m", {"method": "ngram", "prompt_lookup_min": 5}, "must be <= prompt_lookup_max"),
         ("/m", {"method": "medusa"}, "Input should be"),
     ],
@@ -165,6 +190,14 @@ def test_speculative_methods_are_validated(source, drafter, message):
 
     with pytest.raises(ValidationError, match=message):
         _drafter_model(source=source, **drafter)
+
+
+def test_hybrid_with_async_scheduling_is_refused():
+    from pydantic import ValidationError
+
+    spec = {"name": "m", "async_scheduling": True, "drafter": {"enabled": True, "method": "hybrid"}}
+    with pytest.raises(ValidationError, match="hybrid drafting needs it off"):
+        DeploymentSpec.model_validate({"models": [spec]})
 
 
 @pytest.mark.parametrize(

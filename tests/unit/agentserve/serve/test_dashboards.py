@@ -33,6 +33,7 @@ def exported_samples() -> dict[str, set[str]]:
         spec_draft_tokens=40,
         spec_accepted_tokens=15,
         spec_by_batch=((1, 10, 40, 15),),
+        spec_by_proposer=(("dflash", 4, 12, 3), ("ngram", 6, 28, 12)),
     )
     metrics.set_engine_stats("m", stats)
     metrics.replicas.labels("m").set(1)
@@ -98,3 +99,22 @@ def test_snapshot_keeps_only_model_tenant_series():
     )
     snap = parse_metrics(metrics.exposition().decode())
     assert set(snap.tenants) == {("m", "gold")}
+
+
+def test_hybrid_drafting_exports_acceptance_by_proposer():
+    text = ServingMetrics({}).exposition  # registry without a snapshot: no proposer series
+    assert "proposer=" not in text().decode()
+    metrics = ServingMetrics({})
+    metrics.set_engine_stats(
+        "m", EngineStats(spec_by_proposer=(("dflash", 4, 12, 3), ("ngram", 6, 28, 12)))
+    )
+    page = metrics.exposition().decode()
+    assert 'agentserve_spec_decode_proposer_drafts_total{model="m",proposer="ngram"} 6.0' in page
+    assert (
+        'agentserve_spec_decode_proposer_accepted_tokens_total{model="m",proposer="dflash"} 3.0'
+        in page
+    )
+    assert (
+        'agentserve_spec_decode_proposer_draft_tokens_total{model="m",proposer="ngram"} 28.0'
+        in page
+    )

@@ -1,0 +1,304 @@
+"""Hybrid drafting inside vLLM: n-gram prompt lookup where it finds a match, DFlash where not.
+
+vLLM 0.32 has no hybrid proposer, so the engine runs DFlash (`speculative_config` method
+"dflash") and this module wraps the model runner's `take_draft_token_ids`, which the
+engine core calls after every step to hand the drafts to the scheduler. By then the
+step's bookkeeping is done, so the runner's CPU token ids hold the tokens just accepted
+(vLLM refuses `disable_padded_drafter_batch` for DFlash, which would have given the same
+inside the step). DFlash has drafted every request in the step, as vLLM runs it: its
+drafter keeps context K/V from the target's hidden states and must see every accepted
+token. Then, per request, the n-gram draft (vLLM's own `NgramProposer` on those token ids)
+replaces DFlash's where prompt lookup finds a match, and DFlash's draft is cut to
+`dflash_tokens` where it does not. The target verifies either kind the same way, so the
+output stays the target's: DFlash drafts greedily here (`check_engine` refuses
+probabilistic drafting, whose draft probabilities would no longer match the tokens), and a
+greedy draft, n-gram or DFlash, is a point mass for the rejection sampler. Async
+scheduling (which hands drafts over inside the worker) must be off: CPU engines run
+without it, and the spec refuses it with hybrid.
+
+The engine asks for it with `additional_config={"agentserve_hybrid": {...}}` (see
+`vllm_args.hybrid_config`). `install()` runs from the vLLM plugin in every engine process
+and patches the runner class only when vLLM imports it (the worker process), so other
+processes pay nothing.
+
+Acceptance per proposer: a request's accepted tokens are known one step later (how far
+its token count grew), and are counted against the proposer that drafted them. With
+`stats_path` set, the counts are written there (JSON, at most every `STATS_INTERVAL_S`),
+for the replica's /metrics and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+__all__ = [
+    "CONFIG_KEY",
+    "PROPOSERS",
+    "HybridDrafts",
+    "ProposerCounts",
+    "install",
+    "proposer_rows",
+    "read_stats",
+    "with_stats_path",
+]
+
+log = logging.getLogger(__name__)
+
+CONFIG_KEY = "agentserve_hybrid"
+PROPOSERS = ("ngram", "dflash")
+RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+STATS_INTERVAL_S = 0.5
+
+
+@dataclass
+class ProposerCounts:
+    """Steps in which one proposer drafted for a request, tokens drafted, tokens accepted."""
+
+    drafts: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+
+    def add(self, drafted: int, accepted: int) -> None:
+        self.drafts += 1
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
+
+
+@dataclass
+class HybridDrafts:
+    """Combines DFlash's drafts with n-gram drafts, request by request, and counts what
+    each proposer got accepted."""
+
+    ngram: Any  # vLLM NgramProposer (or anything with its `propose`)
+    dflash_tokens: int
+    stats_path: str | None = None
+    counts: dict[str, ProposerCounts] = field(
+        default_factory=lambda: {p: ProposerCounts() for p in PROPOSERS}
+    )
+    pending: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    _written: float = 0.0
+
+    def combine(
+        self,
+        req_ids: list[str],
+        dflash: list[list[int]],
+        rows: list[int],
+        num_tokens_no_spec: Any,
+        token_ids: Any,
+    ) -> list[list[int]]:
+        """Drafts for `req_ids` (at batch rows `rows`; -1 = not in the batch): the n-gram
+        draft where prompt lookup matched, else DFlash's first `dflash_tokens`. `dflash`
+        holds DFlash's drafts in the same order; their width is this step's k."""
+        self._settle(req_ids, rows, num_tokens_no_spec)
+        k = max((len(d) for d in dflash), default=0)
+        if not k:
+            return dflash
+        batch_size = max(rows, default=-1) + 1
+        wanted = [[]] * batch_size  # NgramProposer looks up the rows with a sampled token
+        for row in rows:
+            if row >= 0:
+                wanted[row] = [0]
+        lookups = self.ngram.propose(k, wanted, num_tokens_no_spec, token_ids)
+        out: list[list[int]] = []
+        for req_id, row, drafted in zip(req_ids, rows, dflash, strict=True):
+            found = lookups[row] if row >= 0 else []
+            if found:
+                draft, source = list(found), "ngram"
+            else:
+                draft, source = list(drafted[: self.dflash_tokens]), "dflash"
+            out.append(draft)
+            if draft and row >= 0:
+                self.pending[req_id] = (source, len(draft), int(num_tokens_no_spec[row]))
+        self._maybe_write()
+        return out
+
+    def _settle(self, req_ids: list[str], rows: list[int], num_tokens_no_spec: Any) -> None:
+        """Count last step's drafts: a request that drafted n tokens and has grown by m
+        tokens since had m - 1 of them accepted (a verify step emits accepted + 1)."""
+        for req_id, row in zip(req_ids, rows, strict=True):
+            entry = self.pending.pop(req_id, None)
+            if entry is None or row < 0:
+                continue
+            source, drafted, length = entry
+            grown = int(num_tokens_no_spec[row]) - length
+            if grown >= 1:
+                self.counts[source].add(drafted, min(grown - 1, drafted))
+        if len(self.pending) > 4096:  # requests that ended while drafting; never settled
+            self.pending.clear()
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        return {p: vars(c).copy() for p, c in self.counts.items()}
+
+    def _maybe_write(self) -> None:
+        if not self.stats_path or time.monotonic() - self._written < STATS_INTERVAL_S:
+            return
+        self._written = time.monotonic()
+        tmp = f"{self.stats_path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"pid": os.getpid(), "proposers": self.snapshot()}, f)
+            os.replace(tmp, self.stats_path)
+        except OSError:  # stats are a report, never a reason to fail a step
+            log.debug("agentserve hybrid: could not write %s", self.stats_path, exc_info=True)
+
+
+def read_stats(path: str | os.PathLike[str]) -> dict[str, dict[str, int]] | None:
+    """The per-proposer counts an engine wrote, or None when there are none (yet)."""
+    try:
+        with open(path) as f:
+            return json.load(f)["proposers"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def with_stats_path(kwargs: dict[str, Any]) -> str | None:
+    """For engine keyword arguments that ask for hybrid drafting: give the worker a fresh
+    file to report its per-proposer counts in (set in `kwargs`) and return its path;
+    None (kwargs untouched) for every other engine."""
+    extra = kwargs.get("additional_config")
+    if not isinstance(extra, dict) or CONFIG_KEY not in extra:
+        return None
+    fd, path = tempfile.mkstemp(prefix="agentserve-hybrid-", suffix=".json")
+    os.close(fd)
+    kwargs["additional_config"] = {**extra, CONFIG_KEY: {**extra[CONFIG_KEY], "stats_path": path}}
+    return path
+
+
+def proposer_rows(path: str | None) -> tuple[tuple[str, int, int, int], ...]:
+    """EngineStats.spec_by_proposer from a stats file: (proposer, drafts, drafted tokens,
+    accepted tokens) per proposer; () without a file or before the first report."""
+    stats = read_stats(path) if path else None
+    if not stats:
+        return ()
+    return tuple(
+        (p, int(c["drafts"]), int(c["drafted_tokens"]), int(c["accepted_tokens"]))
+        for p, c in sorted(stats.items())
+    )
+
+
+def settings_of(vllm_config: Any) -> dict[str, Any] | None:
+    """The hybrid settings this engine was started with, or None (no hybrid)."""
+    extra = getattr(vllm_config, "additional_config", None)
+    return extra.get(CONFIG_KEY) if isinstance(extra, dict) else None
+
+
+def check_engine(vllm_config: Any) -> None:
+    """Refuse engine settings under which hybrid drafting would not be lossless or would
+    not reach the scheduler."""
+    spec = vllm_config.speculative_config
+    problems = []
+    if spec is None or spec.method != "dflash":
+        problems.append("speculative_config.method must be 'dflash'")
+    elif getattr(spec, "draft_sample_method", "greedy") != "greedy":
+        problems.append("DFlash must draft greedily (draft_sample_method 'greedy')")
+    if getattr(vllm_config.scheduler_config, "async_scheduling", False):
+        problems.append("async scheduling must be off (drafts reach the scheduler by take)")
+    if problems:
+        raise ValueError("agentserve hybrid drafting: " + "; ".join(problems))
+
+
+def build(vllm_config: Any, settings: dict[str, Any]) -> HybridDrafts:
+    """A HybridDrafts for one engine: vLLM's NgramProposer with the spec's lookup window
+    and the engine's k (it compiles its numba kernel here, under a second)."""
+    from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+
+    check_engine(vllm_config)
+    spec = vllm_config.speculative_config
+    ngram_config = SimpleNamespace(
+        speculative_config=SimpleNamespace(
+            prompt_lookup_min=int(settings["prompt_lookup_min"]),
+            prompt_lookup_max=int(settings["prompt_lookup_max"]),
+            num_speculative_tokens=spec.num_speculative_tokens,
+        ),
+        model_config=vllm_config.model_config,
+        scheduler_config=vllm_config.scheduler_config,
+        parallel_config=vllm_config.parallel_config,
+    )
+    return HybridDrafts(
+        NgramProposer(ngram_config),  # type: ignore[arg-type]  # reads only these fields
+        dflash_tokens=int(settings["dflash_tokens"]),
+        stats_path=settings.get("stats_path"),
+    )
+
+
+def _hybrid_of(runner: Any) -> HybridDrafts | None:
+    hybrid = runner.__dict__.get("_agentserve_hybrid", False)
+    if hybrid is False:
+        settings = settings_of(runner.vllm_config)
+        hybrid = build(runner.vllm_config, settings) if settings else None
+        runner._agentserve_hybrid = hybrid
+    return hybrid
+
+
+def _wrap(original: Any) -> Any:
+    """The runner's `take_draft_token_ids`, which the engine core calls after each step
+    (bookkeeping done: the CPU token ids hold this step's tokens) to hand the drafts to
+    the scheduler. DFlash drafted inside the step, as vLLM runs it."""
+
+    def take_draft_token_ids(self: Any) -> Any:
+        taken = original(self)
+        hybrid = _hybrid_of(self)
+        if taken is None or hybrid is None:
+            return taken
+        batch = self.input_batch
+        index = batch.req_id_to_index
+        rows = [index.get(r, -1) for r in taken.req_ids]
+        drafts = hybrid.combine(
+            list(taken.req_ids),
+            [list(d) for d in taken.draft_token_ids],
+            rows,
+            batch.num_tokens_no_spec,
+            batch.token_ids_cpu,
+        )
+        return type(taken)(taken.req_ids, drafts)
+
+    take_draft_token_ids.__wrapped__ = original  # type: ignore[attr-defined]
+    take_draft_token_ids.agentserve_hybrid = True  # type: ignore[attr-defined]
+    return take_draft_token_ids
+
+
+def patch_runner(module: Any) -> None:
+    runner = module.GPUModelRunner
+    if not getattr(runner.take_draft_token_ids, "agentserve_hybrid", False):
+        runner.take_draft_token_ids = _wrap(runner.take_draft_token_ids)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `then(module)` right after `name` is first imported (one shot)."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module, then = spec.loader.exec_module, self.then
+
+        def exec_then(module: Any) -> None:
+            exec_module(module)
+            then(module)
+
+        spec.loader.exec_module = exec_then  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Patch vLLM's model runner for hybrid drafting now (if imported) or when it is."""
+    if RUNNER_MODULE in sys.modules:
+        patch_runner(sys.modules[RUNNER_MODULE])
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(RUNNER_MODULE, patch_runner))
