@@ -121,22 +121,24 @@ class QueueShares:
 def estimate_prompt_tokens(kind: str, body: Any) -> int:
     """A cheap estimate of the prompt's tokens (the ingress has no tokenizer): token-id
     prompts exactly; text as max(characters / CHARS_PER_TOKEN, words), plus tools (an
-    admission view's `tools_chars`, its body's size; else the tools' text)."""
+    admission view's `tools_chars`, its body's size less the message text counted; else
+    the tools' text)."""
     if kind == "completion":  # one prompt (the ingress accepts no batches)
         prompt = getattr(body, "prompt", None)
         prompt = prompt[0] if isinstance(prompt, list) and prompt and not isinstance(
             prompt[0], int) else prompt  # fmt: skip
         return len(prompt) if isinstance(prompt, list) else _text_tokens(prompt or "")
-    total = 0
+    total = counted = 0
     for message in getattr(body, "messages", None) or []:
         content = message.get("content") if isinstance(message, dict) else None
         parts = content if isinstance(content, list) else [content]
         for part in parts:
             text = part.get("text") if isinstance(part, dict) else part
             total += 1 + (_text_tokens(text) if isinstance(text, str) else 0)
+            counted += len(text) if isinstance(text, str) else 0
     tools_chars = getattr(body, "tools_chars", None)  # an admission view's (admit_first.py)
-    if tools_chars is not None:
-        return total + math.ceil(tools_chars / CHARS_PER_TOKEN)
+    if tools_chars is not None:  # the body's size holds the messages counted above too
+        return total + math.ceil(max(0, tools_chars - counted) / CHARS_PER_TOKEN)
     for tool in getattr(body, "tools", None) or []:
         total += _text_tokens(str(tool.model_dump() if hasattr(tool, "model_dump") else tool))
     return total

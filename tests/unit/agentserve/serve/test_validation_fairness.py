@@ -170,6 +170,21 @@ def test_admitting_a_heavy_request_does_not_serialize_its_tools_on_the_loop():
     assert estimate_prompt_tokens("chat", without_tools) < 10  # the body size counts only for tools
 
 
+def test_a_long_conversation_with_tools_is_not_counted_twice():
+    """The body's size, which stands for the tools, holds the messages too: the messages
+    the estimate already counted are taken out of it."""
+    from agentserve.admission.admit_first import admission_view
+    from agentserve.admission.shares import estimate_prompt_tokens
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    messages = [{"role": "user", "content": "word " * 4000}]  # 20,000 characters
+    body = {"model": "m", "messages": messages, "tools": [tool]}
+    raw = json.dumps(body).encode()
+    counted = estimate_prompt_tokens("chat", admission_view("chat", body, len(raw)))
+    alone = estimate_prompt_tokens("chat", admission_view("chat", {**body, "tools": None}))
+    assert alone <= counted <= alone + (len(raw) - 20_000) / 4 + 1  # was about 2 x alone
+
+
 def test_the_tool_schema_flood_scenario_fails_no_request_of_the_other_tenant():
     """tests/reliability/tool_schemas.py, shortened. Before the fix the well-behaved
     tenant's requests queued behind every hostile schema (FIFO, one worker) and failed
