@@ -48,7 +48,8 @@ def _choice(profile: dict[str, Any]) -> dict[str, Any]:
     from agentserve.drafters import BUNDLED_DRAFTER_DIR
     from agentserve.speculation_choice import SERVED_FACTOR, choose, drafter_fraction
 
-    fractions = {"ngram": 0.0, "dflash": drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0}
+    drafting = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0  # hybrid drafts every step too
+    fractions = {"ngram": 0.0, "dflash": drafting, "hybrid": drafting}
     choice = choose(profile, MEASURED_ACCEPTANCE, fractions, SERVED_FACTOR)
     return {k: v for k, v in choice.as_dict().items() if k != "candidates"}
 

@@ -23,8 +23,10 @@ processes pay nothing.
 
 Acceptance per proposer: a request's accepted tokens are known one step later (how far
 its token count grew), and are counted against the proposer that drafted them. With
-`stats_path` set, the counts are written there (JSON, at most every `STATS_INTERVAL_S`),
-for the replica's /metrics and the benchmarks.
+`STATS_ENV` set in the engine's environment, the counts are written to that file (JSON, at
+most every `STATS_INTERVAL_S`), for the replica's /metrics and the benchmarks. The path
+travels by environment, not in `additional_config`: vLLM hashes that into its compile
+cache key, and a fresh path per start would make every start compile again.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ CONFIG_KEY = "agentserve_hybrid"
 PROPOSERS = ("ngram", "dflash")
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 STATS_INTERVAL_S = 0.5
+STATS_ENV = "AGENTSERVE_HYBRID_STATS"
 
 
 @dataclass
@@ -161,16 +164,25 @@ def read_stats(path: str | os.PathLike[str]) -> dict[str, dict[str, int]] | None
         return None
 
 
-def with_stats_path(kwargs: dict[str, Any]) -> str | None:
-    """For engine keyword arguments that ask for hybrid drafting: give the worker a fresh
-    file to report its per-proposer counts in (set in `kwargs`) and return its path;
-    None (kwargs untouched) for every other engine."""
+def with_stats_path(
+    kwargs: dict[str, Any], plugin_loaded: bool = True, environ: Any = None
+) -> str | None:
+    """For engine keyword arguments that ask for hybrid drafting: give the engine (which
+    inherits `environ`, default os.environ, when it starts) a fresh file to report its
+    per-proposer counts in, and return its path; None for every other engine. Refuses
+    (ValueError) when vLLM will not load the plugin that installs the hook: the engine
+    would draft with DFlash alone."""
     extra = kwargs.get("additional_config")
     if not isinstance(extra, dict) or CONFIG_KEY not in extra:
         return None
+    if not plugin_loaded:
+        raise ValueError(
+            "drafter.method hybrid needs agentserve's vLLM plugin: VLLM_PLUGINS leaves out "
+            "agentserve_fixes (add it to the list, or choose another method)"
+        )
     fd, path = tempfile.mkstemp(prefix="agentserve-hybrid-", suffix=".json")
     os.close(fd)
-    kwargs["additional_config"] = {**extra, CONFIG_KEY: {**extra[CONFIG_KEY], "stats_path": path}}
+    (os.environ if environ is None else environ)[STATS_ENV] = path
     return path
 
 
@@ -227,7 +239,7 @@ def build(vllm_config: Any, settings: dict[str, Any]) -> HybridDrafts:
     return HybridDrafts(
         NgramProposer(ngram_config),  # type: ignore[arg-type]  # reads only these fields
         dflash_tokens=int(settings["dflash_tokens"]),
-        stats_path=settings.get("stats_path"),
+        stats_path=os.environ.get(STATS_ENV) or None,
     )
 
 
@@ -300,5 +312,5 @@ def install() -> None:
     """Patch vLLM's model runner for hybrid drafting now (if imported) or when it is."""
     if RUNNER_MODULE in sys.modules:
         patch_runner(sys.modules[RUNNER_MODULE])
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+    elif not any(isinstance(f, _AfterImport) and f.name == RUNNER_MODULE for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport(RUNNER_MODULE, patch_runner))

@@ -117,7 +117,7 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
     return config
 
 
-def hybrid_config(model: ModelSpec, stats_path: str | None = None) -> dict[str, Any] | None:
+def hybrid_config(model: ModelSpec) -> dict[str, Any] | None:
     """vLLM `additional_config` that turns on hybrid drafting in the engine's model runner
     (agentserve/engine/hybrid_drafter.py), or None for every other method."""
     drafter = model.drafter
@@ -128,8 +128,6 @@ def hybrid_config(model: ModelSpec, stats_path: str | None = None) -> dict[str, 
         "prompt_lookup_max": drafter.prompt_lookup_max,
         "dflash_tokens": drafter.dflash_tokens,
     }
-    if stats_path:
-        settings["stats_path"] = stats_path
     return {HYBRID_CONFIG_KEY: settings}
 
 

@@ -45,6 +45,7 @@ from agentserve.engine.vllm_args import (
 )
 from agentserve.engine.vllm_errors import error_from_payload, request_error_from_vllm
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
+from agentserve.engine.vllm_fixes import plugin_loaded
 from agentserve.engine.vllm_paths import check_vllm_paths
 from agentserve.engine.vllm_ray import config_in_placement_group, needs_placement_group
 from agentserve.model_sources import resolve_model
@@ -121,7 +122,7 @@ class VLLMEngine:
             resolve_model, self.spec.source, revision=self.spec.revision, progress=True
         )
         kwargs = await asyncio.to_thread(engine_kwargs, self.spec, model_dir, **self._overrides)
-        self._hybrid_stats = with_stats_path(kwargs)  # hybrid: per-proposer counts
+        self._hybrid_stats = with_stats_path(kwargs, plugin_loaded())  # hybrid's counts
         engine_args = AsyncEngineArgs(**kwargs)
         self._watch_steps = not kwargs.get("disable_log_stats")  # steps come with stats
         loggers = stat_loggers(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "ensure_enabled",
     "expand_kernel",
     "expand_kernel_is_faulty",
+    "plugin_loaded",
     "register",
 ]
 
@@ -152,6 +154,13 @@ def _fix_cpu_aot_compile_cache() -> bool:
     BundledAOTAutogradSerializableCallable.finalize_loading = _finalize_nothing
     log.info("agentserve: vLLM's CPU compile cache can load its AOT artifacts")
     return True
+
+
+def plugin_loaded(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether vLLM will load this plugin at all (a `VLLM_PLUGINS` allow-list may leave it
+    out); hybrid drafting needs it whether or not the fixes are on."""
+    allowed = (os.environ if environ is None else environ).get("VLLM_PLUGINS")
+    return allowed is None or PLUGIN_NAME in [n.strip() for n in allowed.split(",")]
 
 
 def ensure_enabled(environ: dict[str, str] | None = None) -> bool:

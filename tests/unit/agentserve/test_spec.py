@@ -509,6 +509,6 @@ def test_schema_is_structural_friendly() -> None:
 def test_schema_carries_the_edge_patterns() -> None:
     defs = spec_json_schema()["$defs"]
     assert defs["TenantSpec"]["properties"]["api_key_sha256"]["pattern"] == "^[0-9a-f]{64}$"
-    methods = ["dflash", "ngram", "suffix", "eagle3", "mtp"]
+    methods = ["dflash", "ngram", "hybrid", "suffix", "eagle3", "mtp"]
     assert defs["DrafterSpec"]["properties"]["method"]["enum"] == methods
     assert spec_json_schema()["properties"]["name"]["pattern"].startswith("^[a-z0-9]")

@@ -25,7 +25,8 @@ from agentserve.speculation_choice import (
 )
 
 BENCH = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
-FRACTIONS = {"ngram": 0.0, "dflash": drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0}
+DRAFTING = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0
+FRACTIONS = {"ngram": 0.0, "dflash": DRAFTING, "hybrid": DRAFTING}  # hybrid drafts every step
 
 
 def _profiles() -> list[dict]:

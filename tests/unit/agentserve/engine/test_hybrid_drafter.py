@@ -69,9 +69,12 @@ def test_acceptance_is_counted_against_the_proposer_that_drafted():
 def test_counts_reach_the_stats_file_and_the_engine_stats(tmp_path, monkeypatch):
     monkeypatch.setattr(h, "STATS_INTERVAL_S", 0.0)
     kwargs = {"additional_config": {h.CONFIG_KEY: {"dflash_tokens": 2}}}
-    path = h.with_stats_path(kwargs)
+    environ: dict[str, str] = {}
+    path = h.with_stats_path(kwargs, environ=environ)
     try:
-        assert kwargs["additional_config"][h.CONFIG_KEY] == {"dflash_tokens": 2, "stats_path": path}
+        # by environment: vLLM hashes additional_config into its compile cache key
+        assert environ == {h.STATS_ENV: path}
+        assert kwargs == {"additional_config": {h.CONFIG_KEY: {"dflash_tokens": 2}}}
         assert h.proposer_rows(path) == ()  # nothing reported yet
         hybrid = _hybrid({0: [1, 2]}, stats_path=path)
         hybrid.combine(["a"], [[3, 4, 5]], [0], np.array([5]), None)
@@ -81,8 +84,19 @@ def test_counts_reach_the_stats_file_and_the_engine_stats(tmp_path, monkeypatch)
         import os
 
         os.unlink(path)
-    assert h.with_stats_path({"additional_config": {}}) is None
-    assert h.with_stats_path({}) is None
+    assert h.with_stats_path({"additional_config": {}}, environ=environ) is None
+    assert h.with_stats_path({}, environ=environ) is None
+
+
+def test_hybrid_refuses_to_start_without_the_plugin_that_installs_it():
+    from agentserve.engine.vllm_fixes import plugin_loaded
+
+    assert plugin_loaded({}) and plugin_loaded({"VLLM_PLUGINS": "x, agentserve_fixes"})
+    assert not plugin_loaded({"VLLM_PLUGINS": ""})
+    kwargs = {"additional_config": {h.CONFIG_KEY: {"dflash_tokens": 2}}}
+    with pytest.raises(ValueError, match="VLLM_PLUGINS leaves out agentserve_fixes"):
+        h.with_stats_path(kwargs, plugin_loaded({"VLLM_PLUGINS": "other"}), environ={})
+    assert h.with_stats_path({}, plugin_loaded=False) is None  # other methods: no matter
 
 
 def test_vllms_own_ngram_proposer_drafts_the_continuation_of_a_match():
@@ -178,11 +192,12 @@ def test_install_patches_the_runner_module_when_it_is_imported(tmp_path, monkeyp
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     h.install()
     h.install()  # twice (several plugin loads in one process): one hook
-    assert sum(isinstance(f, h._AfterImport) for f in sys.meta_path) == 1
+    hooks = [f for f in sys.meta_path if isinstance(f, h._AfterImport) and f.name == name]
+    assert len(hooks) == 1
     import fake_vllm_runner_pkg.runner as module
 
     assert module.GPUModelRunner.take_draft_token_ids.agentserve_hybrid
-    assert not any(isinstance(f, h._AfterImport) for f in sys.meta_path)
+    assert hooks[0] not in sys.meta_path
     h.install()  # already imported: patched in place, once
     assert module.GPUModelRunner.take_draft_token_ids.__wrapped__.__name__ == (
         "take_draft_token_ids"
