@@ -23,8 +23,8 @@ from multiprocessing import get_context
 from typing import Any
 
 from agentserve.engine.vllm_args import shutdown_offline, spec_decode_counters
-from agentserve_bench.speculative import llm_speculation
 
+from agentserve_bench.speculative import llm_speculation
 from dflash.train.responses import cpu_engine_env
 
 __all__ = [

@@ -15,8 +15,8 @@ from typing import Any
 
 from agentserve.drafters import shipped_drafter
 from agentserve.engine.cpu_settings import compile_on_cpu
-from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
+from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
 from dflash.config import DFlashConfig
 

@@ -37,67 +37,32 @@ class _EngineStatsCollector(Collector):
         self.snapshots: dict[str, EngineStats] = {}
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        counter, gauge, by = CounterMetricFamily, GaugeMetricFamily, "spec_decode_"
+        rows = [  # key, kind, name after agentserve_, help, labels after model
+            ("drafts", counter, by + "drafts", "Verify steps that carried a draft.", ()),
+            ("draft_tokens", counter, by + "draft_tokens", "Tokens proposed by the drafter.", ()),
+            ("accepted", counter, by + "accepted_tokens", "Drafted tokens accepted.", ()),
+            ("length", gauge, by + "acceptance_length",
+             "Mean tokens emitted per verify step since start (1 = no speculation).", ()),
+            ("running", gauge, "engine_running_requests", "Requests in the engine batch.", ()),
+            ("waiting", gauge, "engine_waiting_requests", "Requests queued in the engine.", ()),
+            ("batch_drafts", counter, by + "batch_drafts",
+             "Verify steps that carried a draft, by running batch size bucket.", ("batch",)),
+            ("batch_accepted", counter, by + "batch_accepted_tokens",
+             "Drafted tokens accepted, by running batch size bucket.", ("batch",)),
+            ("batch_length", gauge, by + "batch_acceptance_length",
+             "Mean tokens per verify step since start, by running batch size bucket.",
+             ("batch",)),
+            ("proposer_drafts", counter, by + "proposer_drafts",
+             "Verify steps that carried a draft, by proposer (hybrid drafting).", ("proposer",)),
+            ("proposer_draft_tokens", counter, by + "proposer_draft_tokens",
+             "Tokens proposed, by proposer (hybrid drafting).", ("proposer",)),
+            ("proposer_accepted", counter, by + "proposer_accepted_tokens",
+             "Drafted tokens accepted, by proposer (hybrid drafting).", ("proposer",)),
+        ]  # fmt: skip
         families = {
-            "drafts": CounterMetricFamily(
-                "agentserve_spec_decode_drafts",
-                "Verify steps that carried a draft.",
-                labels=["model"],
-            ),
-            "draft_tokens": CounterMetricFamily(
-                "agentserve_spec_decode_draft_tokens",
-                "Tokens proposed by the drafter.",
-                labels=["model"],
-            ),
-            "accepted": CounterMetricFamily(
-                "agentserve_spec_decode_accepted_tokens",
-                "Drafted tokens accepted.",
-                labels=["model"],
-            ),
-            "length": GaugeMetricFamily(
-                "agentserve_spec_decode_acceptance_length",
-                "Mean tokens emitted per verify step since start (1 = no speculation).",
-                labels=["model"],
-            ),
-            "running": GaugeMetricFamily(
-                "agentserve_engine_running_requests",
-                "Requests in the engine batch.",
-                labels=["model"],
-            ),
-            "waiting": GaugeMetricFamily(
-                "agentserve_engine_waiting_requests",
-                "Requests queued in the engine.",
-                labels=["model"],
-            ),
-            "batch_drafts": CounterMetricFamily(
-                "agentserve_spec_decode_batch_drafts",
-                "Verify steps that carried a draft, by running batch size bucket.",
-                labels=["model", "batch"],
-            ),
-            "batch_accepted": CounterMetricFamily(
-                "agentserve_spec_decode_batch_accepted_tokens",
-                "Drafted tokens accepted, by running batch size bucket.",
-                labels=["model", "batch"],
-            ),
-            "batch_length": GaugeMetricFamily(
-                "agentserve_spec_decode_batch_acceptance_length",
-                "Mean tokens per verify step since start, by running batch size bucket.",
-                labels=["model", "batch"],
-            ),
-            "proposer_drafts": CounterMetricFamily(
-                "agentserve_spec_decode_proposer_drafts",
-                "Verify steps that carried a draft, by proposer (hybrid drafting).",
-                labels=["model", "proposer"],
-            ),
-            "proposer_draft_tokens": CounterMetricFamily(
-                "agentserve_spec_decode_proposer_draft_tokens",
-                "Tokens proposed, by proposer (hybrid drafting).",
-                labels=["model", "proposer"],
-            ),
-            "proposer_accepted": CounterMetricFamily(
-                "agentserve_spec_decode_proposer_accepted_tokens",
-                "Drafted tokens accepted, by proposer (hybrid drafting).",
-                labels=["model", "proposer"],
-            ),
+            key: kind(f"agentserve_{name}", doc, labels=["model", *labels])
+            for key, kind, name, doc, labels in rows
         }
         for model, s in sorted(self.snapshots.items()):
             families["drafts"].add_metric([model], s.spec_drafts)

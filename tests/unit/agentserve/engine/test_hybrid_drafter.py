@@ -122,9 +122,7 @@ def test_vllms_own_ngram_proposer_drafts_the_continuation_of_a_match():
 
 
 def _runner(settings, taken, method="dflash", async_scheduling=False, sample="greedy"):
-    spec = SimpleNamespace(
-        method=method, num_speculative_tokens=4, draft_sample_method=sample
-    )
+    spec = SimpleNamespace(method=method, num_speculative_tokens=4, draft_sample_method=sample)
     config = SimpleNamespace(
         additional_config={h.CONFIG_KEY: settings} if settings else {},
         speculative_config=spec,
