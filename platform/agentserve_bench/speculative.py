@@ -82,12 +82,13 @@ def method_speculative_config(
 
 def llm_speculation(config: dict[str, Any] | None) -> dict[str, Any]:
     """vllm.LLM keyword arguments for a `method_speculative_config` result: the hybrid
-    settings it carries go to `additional_config`, the rest is the speculative_config."""
+    settings it carries go to `additional_config` (with async scheduling off, as
+    `engine_kwargs` sets it), the rest is the speculative_config."""
     if config is None or HYBRID_CONFIG_KEY not in config:
         return {"speculative_config": config}
     config = dict(config)
     hybrid = {HYBRID_CONFIG_KEY: config.pop(HYBRID_CONFIG_KEY)}
-    return {"speculative_config": config, "additional_config": hybrid}
+    return {"speculative_config": config, "additional_config": hybrid, "async_scheduling": False}
 
 
 def _vllm_worker(

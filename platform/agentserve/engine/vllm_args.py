@@ -151,6 +151,9 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         kwargs["async_scheduling"] = True
     if (hybrid := hybrid_config(model)) is not None:
         kwargs["additional_config"] = hybrid
+        # drafts reach the scheduler through the hook only without async scheduling, which
+        # vLLM turns on by default for DFlash on GPU (CPU engines never schedule async)
+        kwargs["async_scheduling"] = False
     if model.priority_scheduling:  # the ingress sets each priority (admission/priority.py)
         kwargs["scheduling_policy"] = "priority"
     if model.kv_cache_dtype != "auto":

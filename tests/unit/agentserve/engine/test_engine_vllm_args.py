@@ -150,6 +150,7 @@ def test_hybrid_runs_vllms_dflash_and_hands_its_lookup_window_to_the_runner_hook
     assert kwargs["additional_config"] == {
         "agentserve_hybrid": {"prompt_lookup_min": 2, "prompt_lookup_max": 4, "dflash_tokens": 3}
     }
+    assert kwargs["async_scheduling"] is False  # vLLM's GPU default for DFlash would skip the hook
     dflash = _drafter_model(source="/m", method="dflash", path=str(drafter_dir))
     assert hybrid_config(dflash) is None and "additional_config" not in engine_kwargs(dflash, "/x")
 
