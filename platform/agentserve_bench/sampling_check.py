@@ -14,6 +14,7 @@ It also replays seeded requests to check that a seed reproduces its completion.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
+from agentserve.engine.hybrid_drafter import with_stats_path
 from agentserve.engine.vllm_args import shutdown_offline, spec_decode_counters
 
 from agentserve_bench.speculative import llm_speculation
@@ -196,6 +198,8 @@ def _sampling_worker(
     from vllm import LLM, SamplingParams
 
     cpu_engine_env()
+    speculation = llm_speculation(speculative_config)
+    stats_path = with_stats_path(speculation)  # hybrid: its runner, and a counts file
     llm = LLM(
         model=model_dir,
         dtype="bfloat16",
@@ -204,7 +208,7 @@ def _sampling_worker(
         seed=0,
         enable_prefix_caching=True,
         disable_log_stats=False,
-        **llm_speculation(speculative_config),
+        **speculation,
         **(engine_overrides or {}),
     )
     try:
@@ -246,6 +250,8 @@ def _sampling_worker(
         return result
     finally:
         shutdown_offline(llm)
+        if stats_path:
+            os.unlink(stats_path)
 
 
 def sampling_runs(

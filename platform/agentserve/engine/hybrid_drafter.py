@@ -61,6 +61,7 @@ PROPOSERS = ("ngram", "dflash")
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 STATS_INTERVAL_S = 0.5
 STATS_ENV = "AGENTSERVE_HYBRID_STATS"
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 
 
 @dataclass
@@ -167,11 +168,12 @@ def read_stats(path: str | os.PathLike[str]) -> dict[str, dict[str, int]] | None
 def with_stats_path(
     kwargs: dict[str, Any], plugin_loaded: bool = True, environ: Any = None
 ) -> str | None:
-    """For engine keyword arguments that ask for hybrid drafting: give the engine (which
-    inherits `environ`, default os.environ, when it starts) a fresh file to report its
-    per-proposer counts in, and return its path; None for every other engine. Refuses
-    (ValueError) when vLLM will not load the plugin that installs the hook: the engine
-    would draft with DFlash alone."""
+    """For engine keyword arguments that ask for hybrid drafting: prepare the environment
+    the engine inherits when it starts (`environ`, default os.environ): V1 model runner
+    (the one hooked; vLLM picks V2 by default on GPU) and a fresh file to report the
+    per-proposer counts in, whose path is returned; None for every other engine. Refuses
+    (ValueError) where the hook would not run (plugin left out, V2 runner forced): the
+    engine would draft with DFlash alone."""
     extra = kwargs.get("additional_config")
     if not isinstance(extra, dict) or CONFIG_KEY not in extra:
         return None
@@ -180,9 +182,16 @@ def with_stats_path(
             "drafter.method hybrid needs agentserve's vLLM plugin: VLLM_PLUGINS leaves out "
             "agentserve_fixes (add it to the list, or choose another method)"
         )
+    env = os.environ if environ is None else environ
+    if env.get(V2_RUNNER_ENV, "0").strip().lower() in ("1", "true"):
+        raise ValueError(
+            f"drafter.method hybrid hooks vLLM's V1 model runner: {V2_RUNNER_ENV}=1 would "
+            "draft with DFlash alone"
+        )
+    env[V2_RUNNER_ENV] = "0"  # vLLM's default on GPU is the V2 runner, which has no hook
     fd, path = tempfile.mkstemp(prefix="agentserve-hybrid-", suffix=".json")
     os.close(fd)
-    (os.environ if environ is None else environ)[STATS_ENV] = path
+    env[STATS_ENV] = path
     return path
 
 

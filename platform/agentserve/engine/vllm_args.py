@@ -170,6 +170,18 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         kwargs["enforce_eager"] = True  # measured choice for this CPU (cpu_settings.py)
     kwargs.update(model.engine_args)
     kwargs.update(overrides)
+    if hybrid is not None:
+        extra = kwargs.get("additional_config")
+        if not isinstance(extra, dict) or extra.get(HYBRID_CONFIG_KEY) != hybrid[HYBRID_CONFIG_KEY]:
+            raise ValueError(
+                f"model {model.name!r}: engine_args.additional_config replaces the settings "
+                "that turn hybrid drafting on; merge yours with them or choose another method"
+            )
+        if kwargs.get("async_scheduling"):
+            raise ValueError(
+                f"model {model.name!r}: hybrid drafting needs async_scheduling off "
+                "(engine_args sets it on)"
+            )
     return kwargs
 
 

@@ -151,6 +151,12 @@ def test_hybrid_runs_vllms_dflash_and_hands_its_lookup_window_to_the_runner_hook
         "agentserve_hybrid": {"prompt_lookup_min": 2, "prompt_lookup_max": 4, "dflash_tokens": 3}
     }
     assert kwargs["async_scheduling"] is False  # vLLM's GPU default for DFlash would skip the hook
+    for engine_args, message in (
+        ({"additional_config": {"mine": 1}}, "replaces the settings"),
+        ({"async_scheduling": True}, "needs async_scheduling off"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            engine_kwargs(model, "/models/x", **engine_args)
     dflash = _drafter_model(source="/m", method="dflash", path=str(drafter_dir))
     assert hybrid_config(dflash) is None and "additional_config" not in engine_kwargs(dflash, "/x")
 

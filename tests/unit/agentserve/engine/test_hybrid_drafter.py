@@ -73,7 +73,7 @@ def test_counts_reach_the_stats_file_and_the_engine_stats(tmp_path, monkeypatch)
     path = h.with_stats_path(kwargs, environ=environ)
     try:
         # by environment: vLLM hashes additional_config into its compile cache key
-        assert environ == {h.STATS_ENV: path}
+        assert environ == {h.STATS_ENV: path, "VLLM_USE_V2_MODEL_RUNNER": "0"}
         assert kwargs == {"additional_config": {h.CONFIG_KEY: {"dflash_tokens": 2}}}
         assert h.proposer_rows(path) == ()  # nothing reported yet
         hybrid = _hybrid({0: [1, 2]}, stats_path=path)
@@ -97,6 +97,8 @@ def test_hybrid_refuses_to_start_without_the_plugin_that_installs_it():
     with pytest.raises(ValueError, match="VLLM_PLUGINS leaves out agentserve_fixes"):
         h.with_stats_path(kwargs, plugin_loaded({"VLLM_PLUGINS": "other"}), environ={})
     assert h.with_stats_path({}, plugin_loaded=False) is None  # other methods: no matter
+    with pytest.raises(ValueError, match="V1 model runner"):  # V2 has no hook
+        h.with_stats_path(kwargs, environ={"VLLM_USE_V2_MODEL_RUNNER": "1"})
 
 
 def test_vllms_own_ngram_proposer_drafts_the_continuation_of_a_match():
@@ -197,9 +199,6 @@ def test_install_patches_the_runner_module_when_it_is_imported(tmp_path, monkeyp
     assert module.GPUModelRunner.take_draft_token_ids.agentserve_hybrid
     assert hooks[0] not in sys.meta_path
     h.install()  # already imported: patched in place, once
-    assert module.GPUModelRunner.take_draft_token_ids.__wrapped__.__name__ == (
-        "take_draft_token_ids"
-    )
     assert not hasattr(module.GPUModelRunner.take_draft_token_ids.__wrapped__, "__wrapped__")
     sys.modules.pop(name, None)
     sys.modules.pop("fake_vllm_runner_pkg", None)
