@@ -23,10 +23,10 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
-from agentserve.engine.hybrid_drafter import with_stats_path
+from agentserve.engine.hybrid_drafter import STATS_INTERVAL_S, proposer_rows, with_stats_path
 from agentserve.engine.vllm_args import shutdown_offline, spec_decode_counters
 
-from agentserve_bench.speculative import llm_speculation
+from agentserve_bench.speculative import llm_speculation, proposer_delta
 from dflash.train.responses import cpu_engine_env
 
 __all__ = [
@@ -221,10 +221,14 @@ def _sampling_worker(
             ]
             inputs = [{"prompt_token_ids": prompts[p]} for p, _ in requests]
             before = spec_decode_counters(llm.get_metrics())
+            proposers_before = proposer_rows(stats_path)
             started = time.perf_counter()
             outs = llm.generate(inputs, params, use_tqdm=False)
             seconds = time.perf_counter() - started
             after = spec_decode_counters(llm.get_metrics())
+            if stats_path:  # hybrid writes its counts <= 0.5 s after a step
+                time.sleep(STATS_INTERVAL_S + 0.2)
+            proposers = proposer_delta(proposer_rows(stats_path), proposers_before)
             # a seed reproduces: the same 4 requests, each sent alone, twice. Alone, because
             # a batch's shape changes bf16 numerics (so a near-tie token), and which of a
             # batch's requests reach the engine core's first step depends on timing: under
@@ -246,6 +250,7 @@ def _sampling_worker(
                 "replayed_identical": first == again,
                 "seconds": round(seconds, 2),
                 "tau": round(1 + accepted / drafts, 3) if drafts else 1.0,
+                **({"proposers": proposers} if proposers else {}),
             }
         return result
     finally:
@@ -335,6 +340,7 @@ def distribution_records(
                     "loglik_per_token_plain": round(plain_ll, 3),
                     "loglik_per_token_plain_stderr": round(plain_se, 3),
                     "tau": run["tau"],
+                    **({"proposers": run["proposers"]} if "proposers" in run else {}),
                     "seed_reproduces": run["replayed_identical"],
                     "seed_reproduces_plain": plain["replayed_identical"],
                 }

@@ -177,8 +177,8 @@ def _vllm_worker(
                         "outputs": outputs,
                     }
                 )
-                if stats_path:  # the engine writes its counts every 0.5 s
-                    time.sleep(STATS_INTERVAL_S)
+                if stats_path:  # the engine writes its counts <= 0.5 s after a step
+                    time.sleep(STATS_INTERVAL_S + 0.2)
                     cells[-1]["proposers"] = proposer_delta(
                         proposer_rows(stats_path), proposers_before
                     )

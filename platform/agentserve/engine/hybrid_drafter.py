@@ -24,9 +24,10 @@ processes pay nothing.
 Acceptance per proposer: a request's accepted tokens are known one step later (how far
 its token count grew), and are counted against the proposer that drafted them. With
 `STATS_ENV` set in the engine's environment, the counts are written to that file (JSON, at
-most every `STATS_INTERVAL_S`), for the replica's /metrics and the benchmarks. The path
-travels by environment, not in `additional_config`: vLLM hashes that into its compile
-cache key, and a fresh path per start would make every start compile again.
+most every `STATS_INTERVAL_S`, and at the latest that long after the last step), for the
+replica's /metrics and the benchmarks. The path travels by environment, not in
+`additional_config`: vLLM hashes that into its compile cache key, and a fresh path per
+start would make every start compile again.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -62,6 +64,7 @@ RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 STATS_INTERVAL_S = 0.5
 STATS_ENV = "AGENTSERVE_HYBRID_STATS"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+RAY_COPY_ENV = "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"
 
 
 @dataclass
@@ -91,6 +94,7 @@ class HybridDrafts:
     )
     pending: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     _written: float = 0.0
+    _timer: threading.Timer | None = None
 
     def combine(
         self,
@@ -137,16 +141,31 @@ class HybridDrafts:
             grown = int(num_tokens_no_spec[row]) - length
             if grown >= 1:
                 self.counts[source].add(drafted, min(grown - 1, drafted))
-        if len(self.pending) > 4096:  # requests that ended while drafting; never settled
-            self.pending.clear()
+        # what is left belongs to requests gone from the batch (finished, or preempted,
+        # which drops the draft): nothing of theirs will settle
+        self.pending.clear()
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {p: vars(c).copy() for p, c in self.counts.items()}
 
     def _maybe_write(self) -> None:
-        if not self.stats_path or time.monotonic() - self._written < STATS_INTERVAL_S:
+        """Write the counts now, or within STATS_INTERVAL_S of the last write: the last
+        step before the engine goes idle is reported too (a one-shot timer)."""
+        if not self.stats_path:
             return
+        wait = STATS_INTERVAL_S - (time.monotonic() - self._written)
+        if wait <= 0:
+            self._write()
+        elif self._timer is None:
+            self._timer = threading.Timer(wait, self._write)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _write(self) -> None:
+        self._timer = None
         self._written = time.monotonic()
+        if not self.stats_path:
+            return
         tmp = f"{self.stats_path}.{os.getpid()}.tmp"
         try:
             with open(tmp, "w") as f:
@@ -192,6 +211,10 @@ def with_stats_path(
     fd, path = tempfile.mkstemp(prefix="agentserve-hybrid-", suffix=".json")
     os.close(fd)
     env[STATS_ENV] = path
+    # the workers of a Ray executor (tensor/pipeline parallel) get VLLM_* and these only
+    copied = [v for v in env.get(RAY_COPY_ENV, "").split(",") if v.strip()]
+    if STATS_ENV not in copied:
+        env[RAY_COPY_ENV] = ",".join([*copied, STATS_ENV])
     return path
 
 
@@ -288,10 +311,25 @@ def _wrap(original: Any) -> Any:
     return take_draft_token_ids
 
 
+def _wrap_init(original: Any) -> Any:
+    """The runner's `__init__`, then the hybrid drafts for its engine: settings a hybrid
+    engine cannot run with fail the start, not its first request."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        _hybrid_of(self)
+
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    __init__.agentserve_hybrid = True  # type: ignore[attr-defined]
+    return __init__
+
+
 def patch_runner(module: Any) -> None:
     runner = module.GPUModelRunner
     if not getattr(runner.take_draft_token_ids, "agentserve_hybrid", False):
         runner.take_draft_token_ids = _wrap(runner.take_draft_token_ids)
+    if not getattr(runner.__init__, "agentserve_hybrid", False):
+        runner.__init__ = _wrap_init(runner.__init__)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

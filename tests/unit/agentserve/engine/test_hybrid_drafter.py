@@ -5,7 +5,9 @@ tests/integration/test_vllm_sampling.py (T > 0 distribution)."""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections import namedtuple
 from types import SimpleNamespace
 
@@ -66,6 +68,27 @@ def test_acceptance_is_counted_against_the_proposer_that_drafted():
     assert counts["dflash"] == {"drafts": 1, "drafted_tokens": 2, "accepted_tokens": 0}
 
 
+def test_drafts_of_requests_that_left_the_batch_are_dropped_not_kept():
+    hybrid = _hybrid({})
+    hybrid.combine(["a", "b"], [[9] * 3, [9] * 3], [0, 1], np.array([10, 20]), None)
+    hybrid.combine(["b"], [[9] * 3], [0], np.array([22]), None)  # "a" finished
+    assert set(hybrid.pending) == {"b"}
+    assert hybrid.snapshot()["dflash"] == {"drafts": 1, "drafted_tokens": 2, "accepted_tokens": 1}
+
+
+def test_the_last_step_before_the_engine_idles_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(h, "STATS_INTERVAL_S", 0.2)
+    path = str(tmp_path / "stats.json")
+    hybrid = _hybrid({0: [1, 2]}, stats_path=path)
+    hybrid.combine(["a"], [[3, 4, 5]], [0], np.array([5]), None)  # written at once
+    hybrid.combine(["a"], [[3, 4, 5]], [0], np.array([8]), None)  # inside the interval
+    assert h.proposer_rows(path) == (("dflash", 0, 0, 0), ("ngram", 0, 0, 0))
+    deadline = time.monotonic() + 5
+    while h.proposer_rows(path)[1] == ("ngram", 0, 0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert h.proposer_rows(path) == (("dflash", 0, 0, 0), ("ngram", 1, 2, 2))  # no later step
+
+
 def test_counts_reach_the_stats_file_and_the_engine_stats(tmp_path, monkeypatch):
     monkeypatch.setattr(h, "STATS_INTERVAL_S", 0.0)
     kwargs = {"additional_config": {h.CONFIG_KEY: {"dflash_tokens": 2}}}
@@ -73,7 +96,14 @@ def test_counts_reach_the_stats_file_and_the_engine_stats(tmp_path, monkeypatch)
     path = h.with_stats_path(kwargs, environ=environ)
     try:
         # by environment: vLLM hashes additional_config into its compile cache key
-        assert environ == {h.STATS_ENV: path, "VLLM_USE_V2_MODEL_RUNNER": "0"}
+        assert environ == {
+            h.STATS_ENV: path,
+            "VLLM_USE_V2_MODEL_RUNNER": "0",
+            "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY": h.STATS_ENV,  # Ray executor's workers too
+        }
+        again = {"VLLM_RAY_EXTRA_ENV_VARS_TO_COPY": "A"}
+        os.unlink(h.with_stats_path(kwargs, environ=again))
+        assert again["VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"] == f"A,{h.STATS_ENV}"
         assert kwargs == {"additional_config": {h.CONFIG_KEY: {"dflash_tokens": 2}}}
         assert h.proposer_rows(path) == ()  # nothing reported yet
         hybrid = _hybrid({0: [1, 2]}, stats_path=path)
@@ -81,8 +111,6 @@ def test_counts_reach_the_stats_file_and_the_engine_stats(tmp_path, monkeypatch)
         hybrid.combine(["a"], [[3, 4, 5]], [0], np.array([8]), None)
         assert h.proposer_rows(path) == (("dflash", 0, 0, 0), ("ngram", 1, 2, 2))
     finally:
-        import os
-
         os.unlink(path)
     assert h.with_stats_path({"additional_config": {}}, environ=environ) is None
     assert h.with_stats_path({}, environ=environ) is None
@@ -184,7 +212,9 @@ def test_install_patches_the_runner_module_when_it_is_imported(tmp_path, monkeyp
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "runner.py").write_text(
-        "class GPUModelRunner:\n    def take_draft_token_ids(self):\n        return None\n"
+        "class GPUModelRunner:\n"
+        "    def __init__(self, vllm_config):\n        self.vllm_config = vllm_config\n"
+        "    def take_draft_token_ids(self):\n        return None\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     name = "fake_vllm_runner_pkg.runner"
@@ -198,7 +228,13 @@ def test_install_patches_the_runner_module_when_it_is_imported(tmp_path, monkeyp
 
     assert module.GPUModelRunner.take_draft_token_ids.agentserve_hybrid
     assert hooks[0] not in sys.meta_path
+    # the hybrid drafts are built with the runner: bad settings fail the engine's start
+    assert module.GPUModelRunner(SimpleNamespace(additional_config={}))._agentserve_hybrid is None
+    bad = _runner({"dflash_tokens": 1}, None, async_scheduling=True).vllm_config
+    with pytest.raises(ValueError, match="async scheduling must be off"):
+        module.GPUModelRunner(bad)
     h.install()  # already imported: patched in place, once
     assert not hasattr(module.GPUModelRunner.take_draft_token_ids.__wrapped__, "__wrapped__")
+    assert not hasattr(module.GPUModelRunner.__init__.__wrapped__, "__wrapped__")
     sys.modules.pop(name, None)
     sys.modules.pop("fake_vllm_runner_pkg", None)
