@@ -27,6 +27,13 @@ docs/benchmarks.md, "Engine settings on CPU".
   kind of CPU, the choice `agentserve bench startup` measured (start time and served decode
   speed in one run, docs/benchmarks/startup.json); an unmeasured kind compiles, as vLLM does.
   `AGENTSERVE_CPU_COMPILE=0|1` overrides; a model's own engine_args.enforce_eager wins.
+- Executor: vLLM's CPU platform runs the model in a worker process of its own ("mp"), a
+  third process after the replica and the engine core, each importing vLLM at start and
+  one inter-process round trip per step. "uni" runs the worker inside the engine core
+  process (`distributed_executor_backend="uni"`, which vLLM's CPU platform allows only with
+  VLLM_ENABLE_V1_MULTIPROCESSING=0; the engine core is still a process of its own under
+  the async engine a replica runs). One worker only (TP x PP = 1).
+  `AGENTSERVE_CPU_EXECUTOR=mp|uni`; DEFAULT_EXECUTOR is the measured choice.
 """
 
 from __future__ import annotations
@@ -40,9 +47,11 @@ __all__ = [
     "BIND_POLICIES",
     "COMPILE_BY_CPU",
     "DEFAULT_SETTINGS",
+    "EXECUTORS",
     "SETTINGS",
     "apply_cpu_engine_settings",
     "compile_on_cpu",
+    "cpu_executor",
     "engine_environment",
     "iomp_library",
     "normal_priority",
@@ -55,19 +64,26 @@ BIND_POLICIES = ("reserve", "all", "auto")
 # defaults are. DEFAULT_SETTINGS names the bundle `engine_environment` applies by default
 # (a unit test holds them equal); it is chosen from the served figures (docs/benchmarks.md).
 SETTINGS: dict[str, dict[str, str]] = {
-    "all-iomp": {"AGENTSERVE_CPU_BIND": "all", "AGENTSERVE_CPU_IOMP": "1"},
-    "all-gomp": {"AGENTSERVE_CPU_BIND": "all", "AGENTSERVE_CPU_IOMP": "0"},
-    "reserve-iomp": {"AGENTSERVE_CPU_BIND": "reserve", "AGENTSERVE_CPU_IOMP": "1"},
-    "reserve-gomp": {"AGENTSERVE_CPU_BIND": "reserve", "AGENTSERVE_CPU_IOMP": "0"},
-    "vllm-auto": {"AGENTSERVE_CPU_BIND": "auto", "AGENTSERVE_CPU_IOMP": "0"},
-    # before issue 27: all cores, GNU OpenMP, the engine left at Ray's nice 15
-    "previous": {
-        "AGENTSERVE_CPU_BIND": "all",
-        "AGENTSERVE_CPU_IOMP": "0",
-        "AGENTSERVE_CPU_RENICE": "0",
-    },
+    name: {
+        "AGENTSERVE_CPU_BIND": bind,
+        "AGENTSERVE_CPU_IOMP": iomp,
+        "AGENTSERVE_CPU_EXECUTOR": executor,
+        **extra,
+    }
+    for name, bind, iomp, executor, extra in (
+        ("all-iomp", "all", "1", "mp", {}),
+        ("all-gomp", "all", "0", "mp", {}),
+        ("all-gomp-uni", "all", "0", "uni", {}),
+        ("reserve-iomp", "reserve", "1", "mp", {}),
+        ("reserve-gomp", "reserve", "0", "mp", {}),
+        ("vllm-auto", "auto", "0", "mp", {}),
+        # before issue 27: all cores, GNU OpenMP, the engine left at Ray's nice 15
+        ("previous", "all", "0", "mp", {"AGENTSERVE_CPU_RENICE": "0"}),
+    )
 }
 DEFAULT_SETTINGS = "all-gomp"
+EXECUTORS = ("mp", "uni")
+DEFAULT_EXECUTOR = "mp"
 DEFAULT_BIND = "all"
 DEFAULT_IOMP = "0"  # GNU OpenMP: measured as fast as Intel OpenMP at c=1, faster at c=4
 # cpu_class (engine/cpu_info.py) -> compile (True) or eager (False), from startup.json's
@@ -89,6 +105,15 @@ def compile_on_cpu(environ: Mapping[str, str] | None = None, cpu_class: str | No
 
         cpu_class = read_cpu_info().cpu_class
     return COMPILE_BY_CPU.get(cpu_class, True)
+
+
+def cpu_executor(environ: Mapping[str, str] | None = None) -> str:
+    """The executor a one-worker CPU engine runs with ("mp" or "uni", see above)."""
+    environ = os.environ if environ is None else environ
+    value = environ.get("AGENTSERVE_CPU_EXECUTOR", DEFAULT_EXECUTOR).strip().lower()
+    if value not in EXECUTORS:
+        raise ValueError(f"AGENTSERVE_CPU_EXECUTOR={value!r}: one of {', '.join(EXECUTORS)}")
+    return value
 
 
 def omp_bind(policy: str, cores: list[int]) -> str:
@@ -132,6 +157,8 @@ def engine_environment(
     if "VLLM_CPU_OMP_THREADS_BIND" not in environ:
         policy = environ.get("AGENTSERVE_CPU_BIND", DEFAULT_BIND)
         out["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(policy, cores)
+    if cpu_executor(environ) == "uni" and "VLLM_ENABLE_V1_MULTIPROCESSING" not in environ:
+        out["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # else vLLM's CPU platform forces "mp"
     library = iomp_library() if iomp is True else (iomp or None)
     preload = environ.get("LD_PRELOAD", "")
     wants_iomp = environ.get("AGENTSERVE_CPU_IOMP", DEFAULT_IOMP) != "0"

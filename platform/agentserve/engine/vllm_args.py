@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.drafters import shipped_drafter
-from agentserve.engine.cpu_settings import compile_on_cpu
+from agentserve.engine.cpu_settings import compile_on_cpu, cpu_executor
 from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
 from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
@@ -168,6 +168,9 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
     kwargs.update({k: v for k, v in optional.items() if v is not None})
     if model.replicas.num_gpus == 0 and not compile_on_cpu():
         kwargs["enforce_eager"] = True  # measured choice for this CPU (cpu_settings.py)
+    one_worker = model.tensor_parallel_size * model.pipeline_parallel_size == 1
+    if model.replicas.num_gpus == 0 and one_worker and cpu_executor() == "uni":
+        kwargs["distributed_executor_backend"] = "uni"  # the worker in the engine core
     kwargs.update(model.engine_args)
     kwargs.update(overrides)
     if hybrid is not None:

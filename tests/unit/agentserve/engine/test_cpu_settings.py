@@ -127,3 +127,24 @@ def test_engine_kwargs_run_eager_on_cpu_only_when_chosen_and_never_over_the_spec
     assert vllm_args.engine_kwargs(own, "/m")["enforce_eager"] is False
     monkeypatch.setattr(vllm_args, "compile_on_cpu", lambda: True)
     assert "enforce_eager" not in vllm_args.engine_kwargs(ModelSpec(), "/m")
+
+
+def test_the_uni_executor_puts_one_cpu_worker_in_the_engine_core(monkeypatch):
+    from agentserve.engine import cpu_settings, vllm_args
+    from agentserve.spec import ModelSpec
+
+    env = {"AGENTSERVE_CPU_EXECUTOR": "uni"}
+    # vLLM's CPU platform turns "uni" back into "mp" unless multiprocessing is off
+    assert engine_environment(env, cores=[0, 1])["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in engine_environment({}, cores=[0, 1])
+    kept = {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # set by the user: theirs
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in engine_environment(kept, cores=[0, 1])
+    with pytest.raises(ValueError, match="one of mp, uni"):
+        cpu_settings.cpu_executor({"AGENTSERVE_CPU_EXECUTOR": "ray"})
+
+    monkeypatch.setenv("AGENTSERVE_CPU_EXECUTOR", "uni")
+    assert vllm_args.engine_kwargs(ModelSpec(), "/m")["distributed_executor_backend"] == "uni"
+    gpu = ModelSpec(replicas={"num_gpus": 1})
+    assert "distributed_executor_backend" not in vllm_args.engine_kwargs(gpu, "/m")
+    monkeypatch.setenv("AGENTSERVE_CPU_EXECUTOR", "mp")
+    assert "distributed_executor_backend" not in vllm_args.engine_kwargs(ModelSpec(), "/m")
