@@ -20,7 +20,7 @@ CPUs without bf16 instructions float32 verification and prefill can beat bf16.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ __all__ = [
 # kinds of CPU with both figures (served_factors over
 # docs/benchmarks/calibration.json and speculative.json with the shipped drafter's
 # draft fraction; a unit test holds this equal)
-SERVED_FACTOR: dict[str, float] = {"ngram": 0.654, "dflash": 0.943, "hybrid": 0.812}
+SERVED_FACTOR: dict[str, float] = {"ngram": 0.48, "dflash": 0.649, "hybrid": 0.736}
 
 MIN_GAIN = 1.15  # speculation must be predicted this much faster than plain at batch 1
 NOMINAL_PROMPT, NOMINAL_OUTPUT = 512, 128  # an agent turn: tool results in, a reply out
@@ -142,13 +142,15 @@ def choose(
     draft_fraction: Mapping[str, float] | None = None,
     served_factor: Mapping[str, float] | None = None,
     min_gain: float = MIN_GAIN,
+    ks: Collection[int] | None = None,
 ) -> Choice:
     """The dtype, method and k with the shortest nominal agent turn on this profile.
 
     `acceptance`: {method: (alpha at batch 1, drop per doubling of the batch)} for the
     methods available (a DFlash entry only where a drafter is shipped); `draft_fraction`:
     {method: drafting cost as a share of a verification pass}; `served_factor`: see
-    `served_factors` (a method without one keeps its prediction)."""
+    `served_factors` (a method without one keeps its prediction); `ks`: the draft lengths
+    to consider (default: every k the profile timed)."""
     draft_fraction, served_factor = draft_fraction or {}, served_factor or {}
     rows: list[dict[str, Any]] = []
     for dtype, costs in profile["dtypes"].items():
@@ -157,7 +159,7 @@ def choose(
         rows.append(_row(dtype, None, 0, 1.0, 1.0, prefill + NOMINAL_OUTPUT * decode))
         for method, (alpha_1, drop) in acceptance.items():
             factor = served_factor.get(method, 1.0)
-            for k in _ks(profile, dtype, 1):
+            for k in (k for k in _ks(profile, dtype, 1) if ks is None or k in ks):
                 gains = []
                 for batch in (1, LOADED_BATCH):
                     if str(batch) not in costs["step_ms"]:

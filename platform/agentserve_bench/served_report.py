@@ -14,6 +14,7 @@ from typing import Any
 from agentserve.engine.cpu_settings import DEFAULT_SETTINGS
 
 from agentserve_bench.report import replace_section, write_json
+from agentserve_bench.served_rows import machine_default_settings
 
 __all__ = ["SECTION", "markdown_table", "write_served"]
 
@@ -61,7 +62,8 @@ def _peer_line(records: list[dict[str, Any]]) -> str:
     plain = {
         (_cpu(r), r["server"], r["workload"], r["concurrency"]): r["decode_tokens_per_s"]
         for r in records
-        if r["method"] == "none" and r.get("settings", DEFAULT_SETTINGS) == DEFAULT_SETTINGS
+        if r["method"] == "none"
+        and r.get("settings", DEFAULT_SETTINGS) == machine_default_settings(r)
     }
     parts = []
     for (cpu, server, workload, c), ours in sorted(plain.items()):

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from agentserve.engine.cpu_settings import DEFAULT_SETTINGS
+from agentserve.engine.cpu_settings import DEFAULT_SETTINGS, default_settings
 
 __all__ = [
     "MIN_C1_SPEEDUP",
@@ -135,10 +135,16 @@ def _cell(r: dict[str, Any]) -> tuple:
     )
 
 
+def machine_default_settings(r: dict[str, Any]) -> str:
+    """The settings `agentserve up` applies on the kind of CPU a record was measured on."""
+    return default_settings(r.get("machine", {}).get("cpu_class", "other"))
+
+
 def _deciding(r: dict[str, Any]) -> bool:
-    """A record the default is decided from: agentserve, served, the default settings."""
+    """A record the default is decided from: agentserve, served, the default settings of
+    its kind of CPU (rows without a label predate the labels: DEFAULT_SETTINGS)."""
     served = r.get("path") == "served" and r.get("server") == "agentserve"
-    return served and r.get("settings", DEFAULT_SETTINGS) == DEFAULT_SETTINGS
+    return served and r.get("settings", DEFAULT_SETTINGS) == machine_default_settings(r)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -210,7 +216,7 @@ def settings_scores(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, An
             by_settings.setdefault(r.get("settings", DEFAULT_SETTINGS), []).append(r)
     out = {}
     for name, rows in by_settings.items():
-        relabelled = [{**r, "settings": DEFAULT_SETTINGS} for r in rows]
+        relabelled = [{**r, "settings": machine_default_settings(r)} for r in rows]
         method, _ = served_default(fill_ratios(relabelled, None))
         times = [reply_seconds(r) for r in rows if r["method"] == method and r["concurrency"] == 1]
         times = [t for t in times if t is not None]

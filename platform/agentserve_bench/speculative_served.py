@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.engine.cpu_info import read_cpu_info
-from agentserve.engine.cpu_settings import DEFAULT_SETTINGS, SETTINGS, engine_environment
+from agentserve.engine.cpu_settings import SETTINGS, default_settings, engine_environment
 from agentserve.spec import DeploymentSpec
 
 from agentserve_bench.arg_types import ints
@@ -222,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
     peers = parse_methods(args.peer_methods) if args.peer_methods != "" else []
     if args.engine != "vllm" and peers:
         raise SystemExit("--peer-methods needs --engine vllm (pass --peer-methods '')")
+    args.settings = args.settings or [default_settings()]
     unknown = [name for name in args.settings if name not in SETTINGS]
     if unknown:
         raise SystemExit(f"--settings: unknown {unknown}; choose from {', '.join(SETTINGS)}")
@@ -299,11 +300,12 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--settings",
         type=lambda t: [x for x in t.split(",") if x],
-        default=[DEFAULT_SETTINGS],
+        default=None,
         help="comma list of named CPU engine settings to compare, each running every method "
         f"(agentserve.engine.cpu_settings.SETTINGS: {', '.join(SETTINGS)}); the default method "
-        f"is chosen from the {DEFAULT_SETTINGS!r} rows, the settings agentserve up applies "
-        "(default: %(default)s)",
+        "is chosen from the rows of the settings agentserve up applies on this kind of CPU "
+        "(default: those settings, here "
+        f"{default_settings()!r})",
     )
     p.add_argument(
         "--num-prompts", type=int, default=12, help="conversations per workload (default: 12)"

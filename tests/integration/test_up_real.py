@@ -37,7 +37,7 @@ FLAGS = [] if default_speculation(BUNDLED_MODEL) else ["--speculation", METHOD]
 @pytest.fixture(scope="module")
 def server(start_up, tmp_path_factory):
     """The default spec and its measured-fastest method, with Phoenix (`server.phoenix`)."""
-    if METHOD == "dflash":
+    if METHOD in ("dflash", "hybrid"):
         assert shipped_drafter(BUNDLED_MODEL) is not None, "no shipped DFlash drafter"
     port = free_port()
     traces = ["--traces", "--traces-port", str(port), "--traces-grpc-port", str(free_port())]
@@ -50,7 +50,8 @@ def server(start_up, tmp_path_factory):
 
 def test_default_up_serves_the_bundled_model_with_the_default_speculation(server):
     assert server.ready["models"] == [BUNDLED_MODEL]
-    want = f"dflash {shipped_drafter(BUNDLED_MODEL)}" if METHOD == "dflash" else METHOD
+    drafts_with_dflash = METHOD in ("dflash", "hybrid")
+    want = f"{METHOD} {shipped_drafter(BUNDLED_MODEL)}" if drafts_with_dflash else METHOD
     assert server.ready["drafters"][BUNDLED_MODEL] == want
     # the start's phases, from vLLM's own lines in the session's logs (engine/start_phases)
     assert server.ready["phases"]["engine_init"] > 0, server.ready["phases"]
@@ -221,13 +222,17 @@ def test_chat_logprobs_through_the_openai_client(server):
 
 def test_n_choices_with_a_seed_are_reproducible(server):
     """n=2 at the default temperature: two choices with indices 0 and 1, usage summed over
-    them, and the same seed gives the same two again (streamed, too)."""
+    them, and the same seed gives the same two again (streamed, too). A sample may end
+    before max_tokens (a sampled end-of-turn token), so each choice's tokens are counted
+    from its logprobs, which list that token too."""
     client = _client(server)
     args = {"model": BUNDLED_MODEL, "messages": COUNT, "max_tokens": 12, "n": 2, "seed": 11}
-    first, again = (client.chat.completions.create(**args) for _ in range(2))
+    first, again = (client.chat.completions.create(**args, logprobs=True) for _ in range(2))
     assert [c.index for c in first.choices] == [0, 1]
-    assert all(c.finish_reason == "length" and c.message.content for c in first.choices)
-    assert first.usage.completion_tokens == 24
+    assert all(c.finish_reason in ("length", "stop") and c.message.content for c in first.choices)
+    lengths = [len(c.logprobs.content) for c in first.choices]
+    assert all(1 <= n <= 12 for n in lengths)
+    assert first.usage.completion_tokens == sum(lengths)
     texts = [c.message.content for c in first.choices]
     assert [c.message.content for c in again.choices] == texts
     streamed = {0: "", 1: ""}

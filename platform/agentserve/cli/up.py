@@ -65,8 +65,9 @@ def check_drafters(spec: DeploymentSpec) -> dict[str, str | None]:
         config = speculative_config(model)
         if config is None:
             found[model.name] = None
-        else:  # "dflash /path/to/drafter", "ngram"
-            found[model.name] = " ".join(filter(None, (config["method"], config.get("model"))))
+        else:  # "dflash /path/to/drafter", "hybrid /path/to/drafter", "ngram"
+            method = model.drafter.method  # hybrid runs vLLM's "dflash" (vllm_args)
+            found[model.name] = " ".join(filter(None, (method, config.get("model"))))
     return found
 
 

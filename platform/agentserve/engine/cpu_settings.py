@@ -33,7 +33,8 @@ docs/benchmarks.md, "Engine settings on CPU".
   process (`distributed_executor_backend="uni"`, which vLLM's CPU platform allows only with
   VLLM_ENABLE_V1_MULTIPROCESSING=0; the engine core is still a process of its own under
   the async engine a replica runs). One worker only (TP x PP = 1).
-  `AGENTSERVE_CPU_EXECUTOR=mp|uni`; DEFAULT_EXECUTOR is the measured choice.
+  `AGENTSERVE_CPU_EXECUTOR=mp|uni`; EXECUTOR_BY_CPU holds the measured choice per kind of
+  CPU, and an unmeasured kind keeps vLLM's "mp".
 """
 
 from __future__ import annotations
@@ -48,10 +49,12 @@ __all__ = [
     "COMPILE_BY_CPU",
     "DEFAULT_SETTINGS",
     "EXECUTORS",
+    "EXECUTOR_BY_CPU",
     "SETTINGS",
     "apply_cpu_engine_settings",
     "compile_on_cpu",
     "cpu_executor",
+    "default_settings",
     "engine_environment",
     "iomp_library",
     "normal_priority",
@@ -61,8 +64,9 @@ __all__ = [
 BIND_POLICIES = ("reserve", "all", "auto")
 # Named engine settings the served benchmark compares (`--settings`): the variables each sets
 # before the platform starts, every one explicit, so a row's label means the same whatever the
-# defaults are. DEFAULT_SETTINGS names the bundle `engine_environment` applies by default
-# (a unit test holds them equal); it is chosen from the served figures (docs/benchmarks.md).
+# defaults are. `default_settings(cpu_class)` names the bundle `engine_environment` applies
+# by default on a kind of CPU (a unit test holds them equal); it is chosen from the served
+# figures (docs/benchmarks.md).
 SETTINGS: dict[str, dict[str, str]] = {
     name: {
         "AGENTSERVE_CPU_BIND": bind,
@@ -81,9 +85,12 @@ SETTINGS: dict[str, dict[str, str]] = {
         ("previous", "all", "0", "mp", {"AGENTSERVE_CPU_RENICE": "0"}),
     )
 }
-DEFAULT_SETTINGS = "all-gomp"
+DEFAULT_SETTINGS = "all-gomp"  # on a kind of CPU whose executor was never measured
 EXECUTORS = ("mp", "uni")
-DEFAULT_EXECUTOR = "mp"
+DEFAULT_EXECUTOR = "mp"  # vLLM's own choice on CPU, where the executors were never compared
+# cpu_class -> executor, from the served bench's settings rows (docs/benchmarks/speculative.json)
+# amx: uni served plain 1.12-1.39x and started in 40-44 s against 49-54 s (one run)
+EXECUTOR_BY_CPU: dict[str, str] = {"amx": "uni"}
 DEFAULT_BIND = "all"
 DEFAULT_IOMP = "0"  # GNU OpenMP: measured as fast as Intel OpenMP at c=1, faster at c=4
 # cpu_class (engine/cpu_info.py) -> compile (True) or eager (False), from startup.json's
@@ -100,20 +107,33 @@ def compile_on_cpu(environ: Mapping[str, str] | None = None, cpu_class: str | No
         if forced not in ("0", "1"):
             raise ValueError(f"AGENTSERVE_CPU_COMPILE={forced!r}; expected 0 (eager) or 1")
         return forced == "1"
-    if cpu_class is None:
-        from agentserve.engine.cpu_info import read_cpu_info
-
-        cpu_class = read_cpu_info().cpu_class
-    return COMPILE_BY_CPU.get(cpu_class, True)
+    return COMPILE_BY_CPU.get(cpu_class or _this_cpu_class(), True)
 
 
-def cpu_executor(environ: Mapping[str, str] | None = None) -> str:
-    """The executor a one-worker CPU engine runs with ("mp" or "uni", see above)."""
+def cpu_executor(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> str:
+    """The executor a one-worker CPU engine runs with ("mp" or "uni", see above):
+    AGENTSERVE_CPU_EXECUTOR when set, else the measured choice for this kind of CPU."""
     environ = os.environ if environ is None else environ
-    value = environ.get("AGENTSERVE_CPU_EXECUTOR", DEFAULT_EXECUTOR).strip().lower()
+    value = environ.get("AGENTSERVE_CPU_EXECUTOR")
+    if value is None:
+        return EXECUTOR_BY_CPU.get(cpu_class or _this_cpu_class(), DEFAULT_EXECUTOR)
+    value = value.strip().lower()
     if value not in EXECUTORS:
         raise ValueError(f"AGENTSERVE_CPU_EXECUTOR={value!r}: one of {', '.join(EXECUTORS)}")
     return value
+
+
+def default_settings(cpu_class: str | None = None) -> str:
+    """The named bundle (SETTINGS) `engine_environment` applies by default on this kind of
+    CPU (None: this machine's); the served default is decided from its rows."""
+    uni = EXECUTOR_BY_CPU.get(cpu_class or _this_cpu_class(), DEFAULT_EXECUTOR) == "uni"
+    return f"{DEFAULT_SETTINGS}-uni" if uni else DEFAULT_SETTINGS
+
+
+def _this_cpu_class() -> str:
+    from agentserve.engine.cpu_info import read_cpu_info
+
+    return read_cpu_info().cpu_class
 
 
 def omp_bind(policy: str, cores: list[int]) -> str:

@@ -17,7 +17,7 @@ from agentserve.drafters import (
     default_speculation_reason,
     default_speculation_tokens,
 )
-from agentserve.engine.cpu_settings import DEFAULT_SETTINGS
+from agentserve.engine.cpu_settings import default_settings
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve_bench.served_rows import served_default, settings_scores
 
@@ -39,7 +39,7 @@ def test_there_are_served_figures_to_choose_from():
     assert served, "no served rows: run `agentserve bench speculative-served`"
     for rows in served.values():
         deciding = [r for r in rows if r["server"] == "agentserve"
-                    and r["settings"] == DEFAULT_SETTINGS]  # fmt: skip
+                    and r["settings"] == default_settings(r["machine"]["cpu_class"])]  # fmt: skip
         assert {r["workload"] for r in deciding} == {"coding", "agent"}
         assert {r["concurrency"] for r in deciding} >= {1, 4}
         assert {r["method"] for r in deciding} >= {"none", "ngram"}
@@ -49,17 +49,16 @@ def test_default_engine_settings_serve_fastest_in_their_run():
     """Among the settings bundles measured in the same run as the default one, the default
     gives the shortest reply (TTFT + decode) with its own best method."""
     for machine, rows in _served_by_machine().items():
+        default = default_settings(machine)
         default_run = {
-            r["command"]
-            for r in rows
-            if r["settings"] == DEFAULT_SETTINGS and r["server"] == "agentserve"
+            r["command"] for r in rows if r["settings"] == default and r["server"] == "agentserve"
         }  # (vLLM's own server is the peer line, and may come from an earlier run)
         assert len(default_run) == 1, f"{machine}: default settings measured in several runs"
         scores = settings_scores(r for r in rows if r["command"] in default_run)
         best = min(scores, key=lambda name: scores[name]["reply_s"])
-        assert best == DEFAULT_SETTINGS, (
+        assert best == default, (
             f"on {machine} {best} serves fastest ({scores}); update "
-            "agentserve.engine.cpu_settings.DEFAULT_SETTINGS and its defaults"
+            "agentserve.engine.cpu_settings (EXECUTOR_BY_CPU, the defaults)"
         )
 
 
@@ -77,7 +76,7 @@ def test_default_is_what_the_served_figures_choose_on_each_measured_machine():
             "agentserve.drafters.DEFAULT_SPECULATION_TOKENS"
         )
         flagged = {(r["server"], r["settings"], r["method"]) for r in rows if r["default"]}
-        assert flagged == {("agentserve", DEFAULT_SETTINGS, best)}, (
+        assert flagged == {("agentserve", default_settings(machine), best)}, (
             "the rows' default flags disagree with the rule: run `agentserve bench "
             "speculative-served --report-only`"
         )

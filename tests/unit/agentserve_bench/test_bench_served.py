@@ -188,21 +188,27 @@ def test_settings_are_scored_by_the_reply_time_of_their_own_best_method():
 
 
 def test_engine_defaults_are_the_named_default_settings():
-    from agentserve.engine.cpu_settings import DEFAULT_SETTINGS, SETTINGS, engine_environment
+    from agentserve.engine import cpu_settings
+    from agentserve.engine.cpu_settings import SETTINGS, default_settings, engine_environment
 
     iomp = Path("/venv/lib/libiomp5.so")
-    named = engine_environment(SETTINGS[DEFAULT_SETTINGS], cores=[0, 1], iomp=iomp)
+    named = engine_environment(SETTINGS[default_settings()], cores=[0, 1], iomp=iomp)
     assert engine_environment({}, cores=[0, 1], iomp=iomp) == named
+    for cpu_class in [*cpu_settings.EXECUTOR_BY_CPU, "other"]:  # each kind's own bundle
+        executor = SETTINGS[default_settings(cpu_class)]["AGENTSERVE_CPU_EXECUTOR"]
+        assert executor == cpu_settings.cpu_executor({}, cpu_class)
 
 
 def test_ratios_and_defaults_never_cross_kinds_of_cpu():
     """Two machines' rows in one file: each method's ratio is to its own machine's plain
     decoding, and each machine's default comes from its own rows."""
+    from agentserve.engine.cpu_settings import default_settings
     from agentserve_bench.served_rows import by_machine, fill_ratios, served_default
 
     def r(cpu: str, method: str, workload: str, c: int, tok_s: float) -> dict:
         return {
-            "path": "served", "server": "agentserve", "settings": "all-gomp", "method": method,
+            "path": "served", "server": "agentserve", "settings": default_settings(cpu),
+            "method": method,
             "num_speculative_tokens": 0 if method == "none" else 4, "workload": workload,
             "concurrency": c, "decode_tokens_per_s": tok_s, "throughput_tokens_per_s": tok_s,
             "texts": ["x"], "machine": {"cpu_class": cpu},

@@ -216,3 +216,14 @@ def test_default_method_drafts_the_measured_tokens(model, k):
     spec = spec_from_dict({"models": [model]})
     out, _ = with_default_drafters(spec, None, _found, _ngram, lambda _: "", lambda _: 4)
     assert out.models[0].drafter.num_speculative_tokens == k
+
+
+def test_up_with_hybrid_names_hybrid_and_its_drafter_not_vllms_dflash():
+    from agentserve.drafters import shipped_drafter
+
+    drafter = shipped_drafter("smollm2-135m-instruct")
+    spec, _ = with_default_drafters(
+        with_speculation(DeploymentSpec(), "hybrid"), None, lambda _: drafter
+    )
+    # vLLM runs "dflash" for it (engine/vllm_args.py); the banner says what the user chose
+    assert check_drafters(spec) == {"smollm2-135m-instruct": f"hybrid {drafter}"}

@@ -68,7 +68,10 @@ def test_an_unknown_policy_is_refused_with_the_choices():
         omp_bind("half", [0, 1])
 
 
-def test_environment_fills_only_what_is_unset(tmp_path):
+def test_environment_fills_only_what_is_unset(tmp_path, monkeypatch):
+    from agentserve.engine import cpu_settings
+
+    monkeypatch.setattr(cpu_settings, "EXECUTOR_BY_CPU", {})  # a CPU never measured: "mp"
     iomp = tmp_path / "libiomp5.so"
     iomp.write_bytes(b"")
     env = engine_environment({}, cores=[0, 1], iomp=iomp)
@@ -136,7 +139,11 @@ def test_the_uni_executor_puts_one_cpu_worker_in_the_engine_core(monkeypatch):
     env = {"AGENTSERVE_CPU_EXECUTOR": "uni"}
     # vLLM's CPU platform turns "uni" back into "mp" unless multiprocessing is off
     assert engine_environment(env, cores=[0, 1])["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
-    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in engine_environment({}, cores=[0, 1])
+    mp = {"AGENTSERVE_CPU_EXECUTOR": "mp"}
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in engine_environment(mp, cores=[0, 1])
+    # unset: the measured choice for the kind of CPU; vLLM's own (mp) where never measured
+    assert cpu_settings.cpu_executor({}, "amx") == cpu_settings.EXECUTOR_BY_CPU["amx"]
+    assert cpu_settings.cpu_executor({}, "some-unmeasured-kind") == "mp"
     kept = {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # set by the user: theirs
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in engine_environment(kept, cores=[0, 1])
     with pytest.raises(ValueError, match="one of mp, uni"):

@@ -16,7 +16,8 @@ def _gpus(n: int, nodes: int = 1, **replicas) -> dict:
     return {"num_gpus": n, "nodes_per_replica": nodes, **replicas}
 
 
-def test_defaults_keep_the_cpu_engine_args():
+def test_defaults_keep_the_cpu_engine_args(monkeypatch):
+    monkeypatch.setenv("AGENTSERVE_CPU_EXECUTOR", "mp")  # "uni" adds its backend (cpu_settings)
     kwargs = engine_kwargs(_model(), "/models/m")
     assert kwargs["tensor_parallel_size"] == 1 and kwargs["pipeline_parallel_size"] == 1
     assert kwargs["enable_prefix_caching"] is True
