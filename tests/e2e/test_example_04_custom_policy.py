@@ -64,7 +64,9 @@ def test_comparison_reproduces_the_benchmark_and_responds_to_the_knob():
         assert 0 < row["interactive"] <= 100 and 0 < row["batch"] <= 100
         assert 1800 <= row["replica_s"] <= 16 * 2400 and 1 <= row["peak"] <= 16
     assert custom != builtin
-    roomy_rows = _rows(_run("--target-utilization", "0.5"))
+    # half the default 0.8: around the burst, small moves of the knob are not monotone in
+    # attainment (0.5-0.7 scale up at different moments of it); 0.4 clearly helps
+    roomy_rows = _rows(_run("--target-utilization", "0.4"))
     roomy = roomy_rows["queue-length (custom)"]
     assert roomy["replica_s"] > custom["replica_s"] * 1.1  # fewer requests per replica
     assert roomy["interactive"] > custom["interactive"] and roomy["ttft"] < custom["ttft"]
