@@ -48,6 +48,8 @@ DECODE_STEPS = "agentserve.decode.steps"
 DRAFT_TOKENS = "agentserve.spec_decode.draft_tokens"
 ACCEPTED_TOKENS = "agentserve.spec_decode.accepted_tokens"
 ACCEPTANCE_LENGTH = "agentserve.spec_decode.acceptance_length"
+# hybrid drafting, per proposer P (ngram, dflash): agentserve.spec_decode.P.drafts etc.
+PROPOSER_PREFIX = "agentserve.spec_decode"
 PROVIDER_NAME = "agentserve"
 
 # -- W3C trace context ---------------------------------------------------------------------------

@@ -19,7 +19,14 @@ from pathlib import Path
 from agentserve.drafters import shipped_drafter
 from agentserve.model_sources import resolve_model
 
-from agentserve_bench import calibrate, overhead, sampling, speculative_served, startup
+from agentserve_bench import (
+    calibrate,
+    overhead,
+    ray_priority,
+    sampling,
+    speculative_served,
+    startup,
+)
 from agentserve_bench.arg_types import floats, ints
 from agentserve_bench.autoscale import bench as autoscale
 from agentserve_bench.autoscale import live_bench as autoscale_live
@@ -101,6 +108,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     overhead.add_parser(kinds)
     speculative_served.add_parser(kinds)
     startup.add_parser(kinds)
+    ray_priority.add_parser(kinds)
     calibrate.add_parser(kinds)
 
 

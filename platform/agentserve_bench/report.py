@@ -16,6 +16,7 @@ __all__ = [
     "plot_speedups",
     "replace_section",
     "write_json",
+    "write_machine_rows",
 ]
 
 
@@ -187,3 +188,22 @@ def replace_section(doc: Path, name: str, body: str) -> None:
         text = text.rstrip() + "\n\n" + block + "\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
+
+
+def write_machine_rows(
+    docs: Path,
+    stem: str,
+    records: list[dict[str, Any]],
+    cpu_class: str,
+    render: Callable[[list[dict[str, Any]]], str],
+) -> list[dict[str, Any]]:
+    """Replace one kind of CPU's rows in docs/benchmarks/<stem>.json (other kinds' stay),
+    rewrite the docs/benchmarks.md section <stem> as `render` makes it from all the rows,
+    print where, and return all the rows."""
+    path = Path(docs) / "benchmarks" / f"{stem}.json"
+    old = json.loads(path.read_text()) if path.exists() else []
+    rows = [r for r in old if r.get("machine", {}).get("cpu_class") != cpu_class] + records
+    path.write_text(json.dumps(rows, indent=1) + "\n")
+    replace_section(Path(docs) / "benchmarks.md", stem, render(rows))
+    print(f"written: {path}, {Path(docs) / 'benchmarks.md'} (section {stem})")
+    return rows

@@ -122,7 +122,7 @@ _HELLO = [{"role": "user", "content": "Say hello."}]
 def run(args: argparse.Namespace) -> int:
     from agentserve.engine.cpu_info import read_cpu_info
 
-    from agentserve_bench.report import replace_section
+    from agentserve_bench.report import replace_section, write_machine_rows
     from agentserve_bench.served_client import workload_messages
     from agentserve_bench.speculative_served import bench_spec
 
@@ -157,11 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if choice:
         records.append({**choice, **common})
         print(f"choice for {cpu.cpu_class}: {'compile' if choice['compile'] else 'eager'} {choice}")
-    old = json.loads(path.read_text()) if path.exists() else []
-    kept = [r for r in old if r.get("machine", {}).get("cpu_class") != cpu.cpu_class]
-    path.write_text(json.dumps(kept + records, indent=1) + "\n")
-    replace_section(Path(args.docs) / "benchmarks.md", "startup", startup_section(kept + records))
-    print(f"written: {path}, {Path(args.docs) / 'benchmarks.md'} (section startup)")
+    write_machine_rows(args.docs, "startup", records, cpu.cpu_class, startup_section)
     return 0
 
 

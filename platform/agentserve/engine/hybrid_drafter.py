@@ -25,9 +25,11 @@ Acceptance per proposer: a request's accepted tokens are known one step later (h
 its token count grew), and are counted against the proposer that drafted them. With
 `STATS_ENV` set in the engine's environment, the counts are written to that file (JSON, at
 most every `STATS_INTERVAL_S`, and at the latest that long after the last step), for the
-replica's /metrics and the benchmarks. The path travels by environment, not in
-`additional_config`: vLLM hashes that into its compile cache key, and a fresh path per
-start would make every start compile again.
+replica's /metrics and the benchmarks, with the most recent requests' own counts
+(`REQUESTS_KEPT`) for the replica's decode spans. A request's last draft is not counted: it
+settles only at a step the finished request is no longer part of. The path travels by
+environment, not in `additional_config`: vLLM hashes that into its compile cache key, and a
+fresh path per start would make every start compile again.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -53,6 +56,7 @@ __all__ = [
     "install",
     "proposer_rows",
     "read_stats",
+    "request_counts",
     "with_stats_path",
 ]
 
@@ -65,6 +69,7 @@ STATS_INTERVAL_S = 0.5
 STATS_ENV = "AGENTSERVE_HYBRID_STATS"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 RAY_COPY_ENV = "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY"
+REQUESTS_KEPT = 256  # requests whose own counts the stats file keeps (the most recent)
 
 
 @dataclass
@@ -93,6 +98,7 @@ class HybridDrafts:
         default_factory=lambda: {p: ProposerCounts() for p in PROPOSERS}
     )
     pending: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    by_request: OrderedDict[str, dict[str, ProposerCounts]] = field(default_factory=OrderedDict)
     _written: float = 0.0
     _timer: threading.Timer | None = None
 
@@ -141,12 +147,24 @@ class HybridDrafts:
             grown = int(num_tokens_no_spec[row]) - length
             if grown >= 1:
                 self.counts[source].add(drafted, min(grown - 1, drafted))
+                self._of_request(req_id)[source].add(drafted, min(grown - 1, drafted))
         # what is left belongs to requests gone from the batch (finished, or preempted,
         # which drops the draft): nothing of theirs will settle
         self.pending.clear()
 
+    def _of_request(self, req_id: str) -> dict[str, ProposerCounts]:
+        counts = self.by_request.get(req_id)
+        if counts is None:
+            counts = self.by_request[req_id] = {p: ProposerCounts() for p in PROPOSERS}
+            while len(self.by_request) > REQUESTS_KEPT:
+                self.by_request.popitem(last=False)
+        return counts
+
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {p: vars(c).copy() for p, c in self.counts.items()}
+
+    def requests_snapshot(self) -> dict[str, dict[str, dict[str, int]]]:
+        return {r: {p: vars(c).copy() for p, c in by.items()} for r, by in self.by_request.items()}
 
     def _maybe_write(self) -> None:
         """Write the counts now, or within STATS_INTERVAL_S of the last write: the last
@@ -169,7 +187,8 @@ class HybridDrafts:
         tmp = f"{self.stats_path}.{os.getpid()}.tmp"
         try:
             with open(tmp, "w") as f:
-                json.dump({"pid": os.getpid(), "proposers": self.snapshot()}, f)
+                report = {"pid": os.getpid(), "proposers": self.snapshot()}
+                json.dump(report | {"requests": self.requests_snapshot()}, f)
             os.replace(tmp, self.stats_path)
         except OSError:  # stats are a report, never a reason to fail a step
             log.debug("agentserve hybrid: could not write %s", self.stats_path, exc_info=True)
@@ -182,6 +201,23 @@ def read_stats(path: str | os.PathLike[str]) -> dict[str, dict[str, int]] | None
             return json.load(f)["proposers"]
     except (OSError, ValueError, KeyError):
         return None
+
+
+def request_counts(
+    path: str | os.PathLike[str], request_id: str
+) -> dict[str, dict[str, int]] | None:
+    """One request's per-proposer counts from a stats file, or None when the file has none.
+    vLLM's engine knows a request by the id its serving layer gave it (agentserve's id with
+    a "chatcmpl-"/"cmpl-" prefix) and "-" with 8 random characters after it."""
+    try:
+        with open(path) as f:
+            requests = json.load(f).get("requests") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    for internal, counts in requests.items():
+        if internal.rpartition("-")[0].endswith(request_id):
+            return counts
+    return None
 
 
 def with_stats_path(

@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.engine.cpu_settings import apply_cpu_engine_settings
-from agentserve.engine.hybrid_drafter import proposer_rows, with_stats_path
+from agentserve.engine.hybrid_drafter import (
+    STATS_INTERVAL_S,
+    proposer_rows,
+    request_counts,
+    with_stats_path,
+)
 from agentserve.engine.logprobs import from_vllm, trim
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
@@ -217,6 +222,16 @@ class VLLMEngine:
             spec_by_batch=self._by_batch.snapshot(),
             spec_by_proposer=proposer_rows(self._hybrid_stats),
         )
+
+    @property
+    def proposer_counts(self) -> Any:
+        """With hybrid drafting: an async function of a finished request's id giving its
+        drafts and accepted tokens per proposer (for its decode span); else None."""
+        return self._request_counts if self._hybrid_stats else None
+
+    async def _request_counts(self, request_id: str) -> dict[str, dict[str, int]] | None:
+        await asyncio.sleep(STATS_INTERVAL_S + 0.2)  # the engine writes its last step's
+        return request_counts(self._hybrid_stats, request_id) if self._hybrid_stats else None
 
     async def sleep(self) -> None:
         """vLLM sleep mode level 1 (needs enable_sleep_mode: replicas.sleep_when_idle_s,

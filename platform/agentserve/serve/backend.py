@@ -52,7 +52,12 @@ class LocalBackend:
             return stream
         k = speculative_tokens(self.engine)
         return traced_stream(
-            self.tracer, request, stream, model=self.engine.model_name, num_speculative_tokens=k
+            self.tracer,
+            request,
+            stream,
+            model=self.engine.model_name,
+            num_speculative_tokens=k,
+            proposer_counts=getattr(self.engine, "proposer_counts", None),  # hybrid drafting
         )
 
     async def stats(self) -> EngineStats:

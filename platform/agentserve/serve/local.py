@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentserve.ray_env import apply_ray_env
 from agentserve.serve.replica import EngineFactory, default_engine_factory
 from agentserve.serve.status import current_status
 from agentserve.spec import DeploymentSpec
@@ -102,6 +103,7 @@ def start_local(
     included) to this process's stderr/stdout; otherwise they stay in Ray's log files.
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    apply_ray_env()  # Ray's processes: nice 0 and a quieter control loop where measured
     import ray
 
     pin_token_auth()

@@ -209,4 +209,3 @@ def _can_continue(request: EngineRequest, progress: Progress) -> bool:
 
 def _empty(delta: Delta) -> bool:
     return not delta.visible
-

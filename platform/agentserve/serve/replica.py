@@ -99,6 +99,7 @@ class ModelReplica:
             self.engine.generate(request),
             model=self.model.name,
             num_speculative_tokens=self.speculative_tokens,
+            proposer_counts=getattr(self.engine, "proposer_counts", None),  # hybrid drafting
         )
         self.windows.begin(request.request_id, request.headers)  # a wake counts in TTFT
         awake = self.sleep_gate.serving() if self.sleep_gate else contextlib.nullcontext()

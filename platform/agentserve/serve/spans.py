@@ -6,15 +6,19 @@ replica side (`traced_stream`) records the queue wait from that time to its star
 a replica span with prefill (start -> first token) and decode (first token -> end)
 children. Decode carries per-request speculation figures counted from the deltas: one
 delta per engine step, so steps = deltas that added tokens, accepted = tokens - steps,
-acceptance length = tokens / steps, drafted = steps x num_speculative_tokens.
+acceptance length = tokens / steps, drafted = steps x num_speculative_tokens. With hybrid
+drafting the engine also reports the request's drafts per proposer (`proposer_counts`),
+known only after its last step was reported: the decode span then ends (at the request's
+end time) once they are in, up to a second after the request.
 
 With a no-op tracer every function here still works and records nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -28,6 +32,9 @@ if TYPE_CHECKING:
     from agentserve.spec import ModelSpec
 
 __all__ = ["SENT_AT_HEADER", "end_ingress", "start_ingress", "trace_headers", "traced_stream"]
+
+ProposerCounts = Callable[[str], Awaitable[Mapping[str, Mapping[str, int]] | None]]
+_LATE: set[asyncio.Task] = set()  # decode spans waiting for their per-proposer counts
 
 SENT_AT_HEADER = "x-agentserve-sent-at-ns"
 SESSION_HEADER = "x-session-id"
@@ -121,6 +128,7 @@ async def traced_stream(
     *,
     model: str,
     num_speculative_tokens: int = 0,
+    proposer_counts: ProposerCounts | None = None,
 ) -> AsyncIterator[Delta]:
     """Yield `stream`'s deltas unchanged, recording queue wait, replica, prefill, decode.
 
@@ -147,13 +155,20 @@ async def traced_stream(
     finally:
         await aclose_stream(stream)
         if replica.is_recording():
-            _end_replica(tracer, replica, progress, model, num_speculative_tokens)
+            late = (lambda: proposer_counts(request.request_id)) if proposer_counts else None
+            _end_replica(tracer, replica, progress, model, num_speculative_tokens, late)
 
 
 def _end_replica(
-    tracer: Tracer, replica: Span, progress: DeltaTracker, model: str, num_speculative_tokens: int
+    tracer: Tracer,
+    replica: Span,
+    progress: DeltaTracker,
+    model: str,
+    num_speculative_tokens: int,
+    late: Callable[[], Awaitable[Mapping[str, Mapping[str, int]] | None]] | None = None,
 ) -> None:
-    """End the decode child (first token -> now) and the replica span with token figures."""
+    """End the decode child (first token -> now) and the replica span with token figures;
+    with `late`, the decode child once the per-proposer counts are in."""
     end_ns = time.time_ns()
     tokens, steps = progress.completion_tokens, progress.steps
     if progress.first is not None:
@@ -161,13 +176,42 @@ def _end_replica(
         decode = _span(tracer, "decode", inside, int(progress.first), None, model)
         decode.set_attributes(speculation_attributes(steps, tokens, num_speculative_tokens))
         decode.set_attribute(t.OUTPUT_TOKENS, tokens)
-        decode.end(end_time=end_ns)
+        if late is None:
+            decode.end(end_time=end_ns)
+        else:
+            task = asyncio.get_running_loop().create_task(_end_late(decode, end_ns, late))
+            _LATE.add(task)
+            task.add_done_callback(_LATE.discard)
     replica.set_attributes(
         {t.REQUEST_MODEL: model, t.INPUT_TOKENS: progress.prompt_tokens, t.OUTPUT_TOKENS: tokens}
     )
     if progress.finish_reason:
         replica.set_attribute(t.FINISH_REASONS, [progress.finish_reason])
     replica.end(end_time=end_ns)
+
+
+def proposer_attributes(counts: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """agentserve.spec_decode.<proposer>.{drafts,draft_tokens,accepted_tokens} (pure)."""
+    out = {}
+    for proposer, c in sorted(counts.items()):
+        prefix = f"{t.PROPOSER_PREFIX}.{proposer}"
+        out[f"{prefix}.drafts"] = int(c.get("drafts", 0))
+        out[f"{prefix}.draft_tokens"] = int(c.get("drafted_tokens", 0))
+        out[f"{prefix}.accepted_tokens"] = int(c.get("accepted_tokens", 0))
+    return out
+
+
+async def _end_late(
+    decode: Span, end_ns: int, late: Callable[[], Awaitable[Mapping | None]]
+) -> None:
+    try:
+        counts = await late()
+        if counts:
+            decode.set_attributes(proposer_attributes(counts))
+    except Exception:  # a report: the span ends without the counts
+        pass
+    finally:
+        decode.end(end_time=end_ns)
 
 
 def _queue_wait(tracer: Tracer, parent, sent_at: str | None, start_ns: int, model: str) -> None:

@@ -217,3 +217,48 @@ def test_broken_collector_never_fails_or_slows_requests(collector):
         assert client.post("/v1/chat/completions", json=body).status_code == 200
         time.sleep(0.05)  # let the batch exporter try (and fail) meanwhile
     assert time.monotonic() - started < 10
+
+
+def test_decode_span_carries_the_requests_counts_per_proposer_once_reported():
+    """Hybrid drafting: the engine reports a request's drafts per proposer after its last
+    step; the decode span waits for them and still ends at the request's end."""
+    from agentserve.engine.protocol import EngineRequest
+    from agentserve.serve.spans import traced_stream
+
+    exporter = InMemorySpanExporter()
+    tracer = t.make_tracer(TracingSpec(), {}, "test", exporter=exporter)
+    engine = FakeEngine("m", 128)
+    asked = []
+
+    async def proposer_counts(request_id):
+        asked.append(request_id)
+        await asyncio.sleep(0.2)  # the engine writes its counts a little after the end
+        return {"ngram": {"drafts": 2, "drafted_tokens": 8, "accepted_tokens": 5},
+                "dflash": {"drafts": 1, "drafted_tokens": 3, "accepted_tokens": 1}}  # fmt: skip
+
+    async def run():
+        await engine.start()
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        body = ChatCompletionRequest(model="m", messages=MSG)
+        request = EngineRequest("req-1", "chat", body)
+        stream = traced_stream(
+            tracer, request, engine.generate(request), model="m", proposer_counts=proposer_counts
+        )
+        async for _ in stream:
+            pass
+        ended = time.time_ns()
+        assert "decode" not in _by_name(exporter)  # waiting for the counts
+        await asyncio.sleep(0.5)
+        return ended
+
+    ended = asyncio.run(run())
+    spans = _by_name(exporter)
+    assert asked == ["req-1"]
+    decode = spans["decode"]
+    assert decode.end_time <= ended  # the request's end, not the report's
+    a = decode.attributes
+    assert a["agentserve.spec_decode.ngram.drafts"] == 2
+    assert a["agentserve.spec_decode.ngram.draft_tokens"] == 8
+    assert a["agentserve.spec_decode.ngram.accepted_tokens"] == 5
+    assert a["agentserve.spec_decode.dflash.accepted_tokens"] == 1

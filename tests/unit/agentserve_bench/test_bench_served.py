@@ -188,6 +188,7 @@ def test_settings_are_scored_by_the_reply_time_of_their_own_best_method():
 
 
 def test_engine_defaults_are_the_named_default_settings():
+    from agentserve import ray_env
     from agentserve.engine import cpu_settings
     from agentserve.engine.cpu_settings import SETTINGS, default_settings, engine_environment
 
@@ -197,6 +198,11 @@ def test_engine_defaults_are_the_named_default_settings():
     for cpu_class in [*cpu_settings.EXECUTOR_BY_CPU, "other"]:  # each kind's own bundle
         executor = SETTINGS[default_settings(cpu_class)]["AGENTSERVE_CPU_EXECUTOR"]
         assert executor == cpu_settings.cpu_executor({}, cpu_class)
+    for cpu_class in [*ray_env.QUIET_BY_CPU, *cpu_settings.EXECUTOR_BY_CPU, "other"]:
+        bundle = SETTINGS[default_settings(cpu_class)]
+        assert bundle["AGENTSERVE_RAY_ENV"] == ray_env.ray_env_name({}, cpu_class)
+        chosen = ray_env.RAY_ENVS[bundle["AGENTSERVE_RAY_ENV"]]
+        assert {k: bundle[k] for k in chosen} == chosen  # the row's label means what ran
 
 
 def test_ratios_and_defaults_never_cross_kinds_of_cpu():

@@ -116,6 +116,30 @@ def test_counts_reach_the_stats_file_and_the_engine_stats(tmp_path, monkeypatch)
     assert h.with_stats_path({}, environ=environ) is None
 
 
+def test_each_requests_own_counts_reach_the_file_for_its_spans(tmp_path, monkeypatch):
+    monkeypatch.setattr(h, "STATS_INTERVAL_S", 0.0)
+    monkeypatch.setattr(h, "REQUESTS_KEPT", 2)
+    path = str(tmp_path / "stats.json")
+    hybrid = _hybrid({0: [1, 2]}, stats_path=path)
+    # vLLM's ids: the serving layer's ("chatcmpl-" + agentserve's) and 8 random characters
+    ids = ["chatcmpl-r1-0a1b2c3d", "chatcmpl-r2-9f8e7d6c"]
+    hybrid.combine(ids, [[3, 4, 5], [3, 4, 5]], [0, 1], np.array([5, 9]), None)
+    hybrid.combine(ids, [[3, 4, 5], [3, 4, 5]], [0, 1], np.array([8, 10]), None)
+    assert h.request_counts(path, "r1") == {
+        "ngram": {"drafts": 1, "drafted_tokens": 2, "accepted_tokens": 2},
+        "dflash": {"drafts": 0, "drafted_tokens": 0, "accepted_tokens": 0},
+    }
+    assert h.request_counts(path, "r2")["dflash"] == {
+        "drafts": 1, "drafted_tokens": 2, "accepted_tokens": 0,
+    }  # fmt: skip
+    assert h.request_counts(path, "r3") is None
+    hybrid.combine(["chatcmpl-r3-00000000"], [[3, 4, 5]], [0], np.array([4]), None)
+    hybrid.combine(["chatcmpl-r3-00000000"], [[3, 4, 5]], [0], np.array([5]), None)
+    assert h.request_counts(path, "r3") is not None
+    assert h.request_counts(path, "r1") is None  # only the most recent REQUESTS_KEPT
+    assert h.request_counts(tmp_path / "absent.json", "r3") is None
+
+
 def test_hybrid_refuses_to_start_without_the_plugin_that_installs_it():
     from agentserve.engine.vllm_fixes import plugin_loaded
 
