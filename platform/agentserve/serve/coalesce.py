@@ -10,6 +10,10 @@ so the ingress also writes one SSE event for them. A stream's end is sent as soo
 comes. Token timing inside a message is lost to the client; the replica's own statistics
 and spans (TTFT, TPOT, per-step speculation figures) are taken before coalescing.
 Ray Serve LLM batches its streams the same way (every 50 ms by default).
+
+The interval follows the load (`stream_interval_s`): with n streams open on a replica each
+waits n intervals, up to a cap, so the replica's messages per second stay about the same
+whether one client streams or four, and the engine's threads keep the cores.
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ import contextlib
 import dataclasses
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from agentserve.engine.protocol import Delta, aclose_stream
 
-__all__ = ["coalesced", "merge_deltas"]
+__all__ = ["coalesced", "merge_deltas", "stream_interval_s"]
 
 _END = object()
 
@@ -52,6 +56,13 @@ def merge_deltas(deltas: Iterable[Delta]) -> list[Delta]:
     return out
 
 
+def stream_interval_s(interval_ms: float, max_ms: float, streams: int) -> float:
+    """Seconds between one stream's messages while `streams` are open on its replica:
+    interval_ms per open stream, at most max_ms, never below interval_ms (0: every delta
+    at once)."""
+    return max(interval_ms, min(max_ms, interval_ms * max(1, streams))) / 1000
+
+
 def _mergeable(a: Delta, b: Delta) -> bool:
     return (
         a.index == b.index
@@ -62,12 +73,16 @@ def _mergeable(a: Delta, b: Delta) -> bool:
     )
 
 
-async def coalesced(stream: AsyncIterator[Delta], interval_s: float) -> AsyncIterator[list[Delta]]:
+async def coalesced(
+    stream: AsyncIterator[Delta], interval_s: float | Callable[[], float]
+) -> AsyncIterator[list[Delta]]:
     """`stream`'s deltas as lists: the first alone and at once, then what arrived in each
-    `interval_s` (merged), the last list as soon as the stream ends. With interval_s <= 0,
-    one list per delta. Closing this iterator closes `stream` (the engine aborts); an
-    error of `stream` is raised after the deltas that came before it."""
-    if interval_s <= 0:
+    `interval_s` (merged), the last list as soon as the stream ends; a callable interval
+    is asked again before each wait. With an interval <= 0, one list per delta. Closing
+    this iterator closes `stream` (the engine aborts); an error of `stream` is raised
+    after the deltas that came before it."""
+    interval = interval_s if callable(interval_s) else lambda: interval_s
+    if interval() <= 0:
         async for delta in stream:
             yield [delta]
         return
@@ -92,7 +107,7 @@ async def coalesced(stream: AsyncIterator[Delta], interval_s: float) -> AsyncIte
         while True:
             await arrived.wait()
             if sent_at is not None and not ended.is_set():  # later deltas wait their turn
-                left = sent_at + interval_s - time.monotonic()
+                left = sent_at + interval() - time.monotonic()
                 if left > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(ended.wait(), left)  # the end is not held

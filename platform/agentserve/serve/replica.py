@@ -38,7 +38,7 @@ from agentserve.engine.protocol import (
     aclose_stream,
 )
 from agentserve.engine.registry import engine_class
-from agentserve.serve.coalesce import coalesced
+from agentserve.serve.coalesce import coalesced, stream_interval_s
 from agentserve.serve.replica_stats import ReplicaStats
 from agentserve.serve.sleep_gate import SleepGate, sleep_gate
 from agentserve.serve.spans import speculative_tokens, traced_stream
@@ -64,6 +64,8 @@ def default_engine_factory(model: ModelSpec) -> Engine:
 
 class ModelReplica:
     """One replica of one model: starts its engine, streams deltas, reports stats/health."""
+
+    _streams = 0  # generate_batches calls open (their coalescing interval grows with it)
 
     async def __init__(
         self,
@@ -117,12 +119,23 @@ class ModelReplica:
 
     async def generate_batches(self, request: EngineRequest) -> AsyncIterator[list[Delta]]:
         """`generate` as the ingress receives it (a Serve streaming method): the first
-        delta at once, then at most one message per model.stream_interval_ms with every
-        delta since the last, merged (serve/coalesce.py): fewer wake-ups per token on the
-        replica -> ingress -> proxy path, which the engine's threads share."""
-        interval_s = self.model.stream_interval_ms / 1000
-        async for batch in coalesced(self.generate(request), interval_s):
-            yield batch
+        delta at once, then one message per interval with every delta since the last,
+        merged (serve/coalesce.py): model.stream_interval_ms per stream open here, at
+        most model.stream_interval_max_ms. Fewer wake-ups per token on the replica ->
+        ingress -> proxy path, which the engine's threads share."""
+        model = self.model
+
+        def interval_s() -> float:  # longer while more streams share the replica
+            return stream_interval_s(
+                model.stream_interval_ms, model.stream_interval_max_ms, self._streams
+            )
+
+        self._streams += 1
+        try:
+            async for batch in coalesced(self.generate(request), interval_s):
+                yield batch
+        finally:
+            self._streams -= 1
 
     async def stats(self) -> EngineStats:
         return await self.engine.stats()

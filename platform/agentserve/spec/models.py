@@ -135,6 +135,16 @@ class ModelSpec(_Spec):
         "replica, ingress, proxy and client, which share the CPUs with the engine). 0: one "
         "message per engine step.",
     )
+    stream_interval_max_ms: float = Field(
+        400.0,
+        ge=0,
+        le=5000,
+        description="The interval grows with the streams a replica serves at once: "
+        "stream_interval_ms x open streams, at most this (and never below "
+        "stream_interval_ms), so the messages a replica sends per second stay about "
+        "1000 / stream_interval_ms however many clients stream. Set it to "
+        "stream_interval_ms for a fixed interval.",
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="More vLLM engine arguments, by vLLM's EngineArgs field names (e.g. "

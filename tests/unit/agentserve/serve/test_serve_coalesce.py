@@ -7,7 +7,7 @@ import time
 
 import pytest
 from agentserve.engine.protocol import Delta, EngineError
-from agentserve.serve.coalesce import coalesced, merge_deltas
+from agentserve.serve.coalesce import coalesced, merge_deltas, stream_interval_s
 
 
 def _d(text: str, n: int, **kw) -> Delta:
@@ -106,3 +106,28 @@ def test_closing_early_closes_the_source():
 
     asyncio.run(run())
     assert closed == [True]
+
+
+def test_the_interval_grows_with_the_streams_open_up_to_its_cap():
+    assert stream_interval_s(100, 400, 0) == stream_interval_s(100, 400, 1) == 0.1
+    assert stream_interval_s(100, 400, 3) == pytest.approx(0.3)
+    assert stream_interval_s(100, 400, 16) == pytest.approx(0.4)
+    assert stream_interval_s(100, 100, 8) == pytest.approx(0.1)  # cap = interval: fixed
+    assert stream_interval_s(100, 50, 8) == pytest.approx(0.1)  # never below the interval
+    assert stream_interval_s(0, 400, 8) == 0  # one message per delta stays so
+
+
+def test_a_callable_interval_is_asked_again_before_each_wait():
+    deltas = [_d(f"t{i} ", i) for i in range(1, 31)]
+    asked: list[float] = []
+
+    def interval() -> float:  # 5 ms apart: short windows first, then one long one
+        asked.append(0.005 if len(asked) < 6 else 5.0)
+        return asked[-1]
+
+    start = time.monotonic()
+    batches = asyncio.run(_batches(coalesced(_source(deltas, gap_s=0.005), interval)))
+    assert len(asked) > 6 and time.monotonic() - start < 2.0  # the end is not held
+    assert len(batches) <= 8  # after the switch, the rest waits in one window
+    flat = [d for batch in batches for d in batch]
+    assert [i for d in flat for i in d.token_ids] == list(range(1, 31))

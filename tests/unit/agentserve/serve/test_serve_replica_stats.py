@@ -284,3 +284,34 @@ def test_a_replica_whose_engine_failed_to_start_still_stops_it():
 
     asyncio.run(scenario())
     assert made[0].started is False
+
+
+def test_streams_open_on_the_replica_lengthen_each_streams_interval(monkeypatch):
+    import agentserve.serve.replica as replica_module
+
+    seen: list[int] = []
+
+    def interval(every_ms: float, max_ms: float, streams: int) -> float:
+        assert (every_ms, max_ms) == (100.0, 400.0)  # the model's defaults
+        seen.append(streams)
+        return 0.001
+
+    monkeypatch.setattr(replica_module, "stream_interval_s", interval)
+
+    async def scenario():
+        replica = await _replica(FakeEngineFactory(token_delay_s=0.005))
+
+        async def consume(rid: str) -> str:
+            batches = [b async for b in replica.generate_batches(_request(rid, 12))]
+            return "".join(d.text for b in batches for d in b)
+
+        alone = await consume("r0")
+        assert max(seen) == 1
+        seen.clear()
+        both = await asyncio.gather(consume("r1"), consume("r2"))
+        assert replica._streams == 0  # closed streams no longer count
+        await replica.engine.stop()
+        return alone, both
+
+    alone, both = asyncio.run(scenario())
+    assert max(seen) == 2 and both == [alone, alone]
