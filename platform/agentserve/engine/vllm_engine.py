@@ -15,8 +15,6 @@ vLLM is imported in start(), so importing this module stays cheap.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import logging
 from argparse import Namespace
 from collections.abc import AsyncIterator, Mapping
@@ -30,12 +28,10 @@ from agentserve.engine.hybrid_drafter import (
     request_counts,
     with_stats_path,
 )
-from agentserve.engine.logprobs import from_vllm, trim
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
     Delta,
     EngineDeadError,
-    EngineError,
     EngineRequest,
     EngineRequestError,
     EngineStats,
@@ -53,6 +49,7 @@ from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
 from agentserve.engine.vllm_fixes import plugin_loaded
 from agentserve.engine.vllm_paths import check_vllm_paths
 from agentserve.engine.vllm_ray import config_in_placement_group, needs_placement_group
+from agentserve.engine.vllm_sse import deltas_from_sse
 from agentserve.model_sources import resolve_model
 from agentserve.spec import ModelSpec
 
@@ -336,82 +333,3 @@ def _raw_request(headers: Mapping[str, str]) -> Any:
     pairs = [(k.lower().encode(), str(v).encode()) for k, v in headers.items()]
     scope = {"type": "http", "method": "POST", "path": "/", "headers": pairs, "query_string": b""}
     return Request(scope)
-
-
-async def deltas_from_sse(
-    kind: str, events: AsyncIterator[str], top_logprobs: int | None = None
-) -> AsyncIterator[Delta]:
-    """vLLM SSE strings (with continuous usage) -> Deltas; the finish delta comes last and
-    carries the final token counts. An error event raises (4xx -> EngineRequestError).
-    Token ids (return_token_ids) and log probabilities ride on the delta that delivers
-    their text: those of chunks whose text vLLM held back wait for the next delta; the
-    prompt's ids ride on the first. `top_logprobs` trims each token's alternatives (a chat
-    request continued as a completion, whose form has one more)."""
-    prompt = output = 0
-    finish: Delta | None = None
-    prompt_ids: tuple[int, ...] = ()
-    pending: list[int] = []  # ids whose text is not yielded yet
-    pending_lp: list[dict[str, Any]] = []  # and their log probabilities
-    first = True
-    async for event in events:
-        for payload in _payloads(event):
-            if "error" in payload:
-                raise error_from_payload(payload)
-            usage = payload.get("usage") or {}
-            prompt = max(prompt, usage.get("prompt_tokens") or 0)
-            output = max(output, usage.get("completion_tokens") or 0)
-            prompt_ids = prompt_ids or tuple(payload.get("prompt_token_ids") or ())
-            for choice in payload.get("choices") or []:
-                prompt_ids = prompt_ids or tuple(choice.get("prompt_token_ids") or ())
-                pending += choice.get("token_ids") or ()
-                pending_lp += from_vllm(kind, choice.get("logprobs"))
-                delta = _choice_delta(kind, choice, prompt, output)
-                if delta.finish_reason is not None:
-                    finish = delta
-                elif delta.carries_output:
-                    yield dataclasses.replace(
-                        delta,
-                        token_ids=tuple(pending),
-                        prompt_token_ids=prompt_ids if first else (),
-                        logprobs=_trimmed(pending_lp, top_logprobs),
-                    )
-                    pending, pending_lp, first = [], [], False
-    if finish is None:
-        raise EngineError("vLLM stream ended without a finish reason")
-    yield Delta(
-        finish.text,
-        prompt,
-        output,
-        finish.finish_reason,
-        finish.tool_calls,
-        finish.reasoning,
-        token_ids=tuple(pending),
-        prompt_token_ids=prompt_ids if first else (),
-        logprobs=_trimmed(pending_lp, top_logprobs),
-    )
-
-
-def _trimmed(entries: list[dict[str, Any]], top: int | None) -> tuple[dict[str, Any], ...]:
-    return tuple(entries if top is None else trim(entries, top))
-
-
-def _payloads(event: str) -> list[dict[str, Any]]:
-    out = []
-    for line in event.splitlines():
-        if line.startswith("data: ") and line[6:].strip() != "[DONE]":
-            out.append(json.loads(line[6:]))
-    return out
-
-
-def _choice_delta(kind: str, choice: dict[str, Any], prompt: int, output: int) -> Delta:
-    if kind == "chat":
-        d = choice.get("delta") or {}
-        return Delta(
-            text=d.get("content") or "",
-            prompt_tokens=prompt,
-            completion_tokens=output,
-            finish_reason=choice.get("finish_reason"),
-            tool_calls=tuple(d.get("tool_calls") or ()),
-            reasoning=d.get("reasoning") or d.get("reasoning_content") or "",
-        )
-    return Delta(choice.get("text") or "", prompt, output, choice.get("finish_reason"))
