@@ -26,6 +26,7 @@ from agentserve_bench import (
     sampling,
     speculative_served,
     startup,
+    stream_interval,
 )
 from agentserve_bench.arg_types import floats, ints
 from agentserve_bench.autoscale import bench as autoscale
@@ -109,6 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     speculative_served.add_parser(kinds)
     startup.add_parser(kinds)
     ray_priority.add_parser(kinds)
+    stream_interval.add_parser(kinds)
     calibrate.add_parser(kinds)
 
 

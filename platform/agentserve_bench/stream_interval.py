@@ -1,0 +1,159 @@
+"""`agentserve bench stream-interval`: what the stream interval's cap costs or buys through
+the server, measured on one running platform in interleaved rounds (serve/coalesce.py).
+
+The embedded platform starts once with the bundled model served twice, as two models that
+differ only in `stream_interval_max_ms` (one replica each; the model not being measured is
+idle). Each round runs the coding workload at every concurrency against each, in
+alternating order, because this kind of machine drifts by a third within minutes: only a
+paired comparison says anything. Writes docs/benchmarks/stream-interval.json (this kind of
+CPU's rows replaced) and the "stream-interval" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import statistics
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run", "section", "summarize", "two_model_spec"]
+
+
+def two_model_spec(base: Any, caps: tuple[float, float]) -> tuple[Any, list[str]]:
+    """`base` (one model) with that model twice, named `<name>-cap<ms>`, one replica each,
+    differing only in stream_interval_max_ms; (spec, model names in `caps` order)."""
+    from agentserve.spec import spec_from_dict
+
+    data = base.model_dump(mode="json", exclude_unset=True)
+    model = base.models[0].model_dump(mode="json", exclude_unset=True)
+    names = [f"{base.models[0].name}-cap{cap:g}" for cap in caps]
+    data["models"] = [
+        {**model, "name": name, "stream_interval_max_ms": cap,
+         "replicas": {**model.get("replicas", {}), "min_replicas": 1, "max_replicas": 1}}
+        for name, cap in zip(names, caps, strict=True)
+    ]  # fmt: skip
+    return spec_from_dict(data, source="(bench stream-interval)"), names
+
+
+def summarize(rows: list[dict[str, Any]], caps: tuple[float, float]) -> list[dict[str, Any]]:
+    """Per concurrency: medians per cap and the paired ratios (second cap / first) of each
+    round (pure)."""
+    a, b = caps
+    out = []
+    for c in sorted({r["concurrency"] for r in rows}):
+        at = {cap: {r["round"]: r for r in rows if r["concurrency"] == c and r["cap_ms"] == cap}
+              for cap in caps}  # fmt: skip
+        rounds = sorted(set(at[a]) & set(at[b]))
+        if not rounds:
+            continue
+        s: dict[str, Any] = {"kind": "summary", "concurrency": c, "rounds": len(rounds),
+                             "caps_ms": [a, b]}  # fmt: skip
+        for key in ("decode_tokens_per_s", "throughput_tokens_per_s", "ttft_ms_p50"):
+            s[key] = [round(statistics.median(at[cap][i][key] for i in rounds), 2) for cap in caps]
+            ratios = [at[b][i][key] / at[a][i][key] for i in rounds]
+            s[f"{key}_ratio_median"] = round(statistics.median(ratios), 3)
+            s[f"{key}_higher_in_rounds"] = sum(x > 1 for x in ratios)
+        out.append(s)
+    return out
+
+
+def section(records: list[dict[str, Any]]) -> str:
+    """The docs/benchmarks.md section (pure)."""
+    lines = [
+        "| CPU | c | caps ms | rounds | decode tok/s | ratio (higher in) | throughput tok/s "
+        "| ratio (higher in) | TTFT p50 ms | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in (r for r in records if r.get("kind") == "summary"):
+        d, t, f = s["decode_tokens_per_s"], s["throughput_tokens_per_s"], s["ttft_ms_p50"]
+        lines.append(
+            f"| {s['machine']['cpu_class']} | {s['concurrency']} "
+            f"| {s['caps_ms'][0]:g} / {s['caps_ms'][1]:g} | {s['rounds']} "
+            f"| {d[0]} / {d[1]} | {s['decode_tokens_per_s_ratio_median']}x "
+            f"({s['decode_tokens_per_s_higher_in_rounds']}) "
+            f"| {t[0]} / {t[1]} | {s['throughput_tokens_per_s_ratio_median']}x "
+            f"({s['throughput_tokens_per_s_higher_in_rounds']}) "
+            f"| {f[0]} / {f[1]} | {s['ttft_ms_p50_ratio_median']}x |"
+        )
+    commands = sorted({r["command"] for r in records if r.get("command")})
+    dates = sorted({r["date"] for r in records if r.get("date")})
+    return (
+        f"Measured {', '.join(dates)} with `{'`, `'.join(commands)}`: one platform serving "
+        "the bundled model twice (plain decoding, the default settings), the two differing "
+        "only in `stream_interval_max_ms`; medians over rounds; ratios (second cap / first) "
+        "paired within a round, with the rounds where the second was higher.\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from agentserve.engine.cpu_info import read_cpu_info
+
+    from agentserve_bench.report import write_machine_rows
+    from agentserve_bench.served_client import level_figures, run_workload, workload_messages
+    from agentserve_bench.speculative_served import _agentserve, _engine_factory, bench_spec
+
+    cpu = read_cpu_info()
+    print(f"machine: {cpu.describe()}", flush=True)
+    caps = (args.caps[0], args.caps[1])
+    conversations = workload_messages("coding", args.num_prompts)
+    base = bench_spec("none", 0, args.port, max(args.concurrency), None)
+    spec, names = two_model_spec(base, caps)
+    common = {"date": date.today().isoformat(), "machine": cpu.as_dict(), "engine": "vllm"}
+    common["command"] = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    rows: list[dict[str, Any]] = []
+    with _agentserve(spec, args.start_timeout_s, _engine_factory("vllm", "none")) as (url, _):
+        for name in names:  # warm-up
+            asyncio.run(run_workload(url, name, conversations[:2], 1, 32))
+        for i in range(args.rounds):
+            order = list(zip(caps, names, strict=True))
+            for cap, name in order if i % 2 == 0 else order[::-1]:
+                for c in args.concurrency:
+                    repeat = conversations * max(1, c // 2)  # every stream busy most of the time
+                    replies, wall = asyncio.run(run_workload(url, name, repeat, c, args.max_tokens))
+                    f = level_figures(replies, wall)
+                    rows.append({"kind": "level", "round": i, "cap_ms": cap, "concurrency": c,
+                                 **f, **common})  # fmt: skip
+                    print(f"  round {i} cap {cap:g} ms c={c}: {f['decode_tokens_per_s']} tok/s, "
+                          f"{f['throughput_tokens_per_s']} tok/s total, TTFT p50 "
+                          f"{f['ttft_ms_p50']} ms", flush=True)  # fmt: skip
+    records = rows + [{**s, **common} for s in summarize(rows, caps)]
+    for s in records[len(rows) :]:
+        print(f"  c={s['concurrency']}: decode {s['decode_tokens_per_s_ratio_median']}x, "
+              f"throughput {s['throughput_tokens_per_s_ratio_median']}x, TTFT "
+              f"{s['ttft_ms_p50_ratio_median']}x ({caps[1]:g} vs {caps[0]:g} ms)")  # fmt: skip
+    write_machine_rows(args.docs, "stream-interval", records, cpu.cpu_class, section)
+    return 0
+
+
+def _caps(text: str) -> list[float]:
+    values = [float(x) for x in text.split(",") if x.strip()]
+    if len(values) != 2 or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError("two caps in ms, e.g. 100,400")
+    return values
+
+
+def add_parser(kinds: argparse._SubParsersAction) -> None:
+    from agentserve_bench.arg_types import ints
+    from agentserve_bench.report import default_docs
+
+    p = kinds.add_parser(
+        "stream-interval",
+        help="served speed with two stream_interval_max_ms caps, interleaved on one platform",
+        description=__doc__.split("\n\n")[1] + " Run it with nothing else on the machine.",
+    )
+    p.add_argument("--caps", type=_caps, default=[100.0, 400.0],
+                   help="the two caps in ms, baseline first (default: 100,400)")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=4, help="(default: %(default)s)")
+    p.add_argument("--concurrency", type=ints, default=[1, 4], help="comma list (default: 1,4)")
+    p.add_argument("--num-prompts", type=int, default=6, help="coding conversations (default: 6)")
+    p.add_argument("--max-tokens", type=int, default=128, help="per request (default: 128)")
+    p.add_argument("--port", type=int, default=8723, help="(default: %(default)s)")
+    p.add_argument("--start-timeout-s", type=float, default=900.0, help="(default: 900)")
+    p.add_argument("--docs", type=Path, default=default_docs(), help="(default: %(default)s)")
+    p.set_defaults(handler=run)
