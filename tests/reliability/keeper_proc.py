@@ -2,7 +2,7 @@
 
     python -m tests.reliability.keeper_proc PORT
 
-Hosts a serve/shared_limits.QuotaKeeper behind a loopback socket, as Serve hosts it behind
+Hosts a admission/quota_keeper.QuotaKeeper behind a loopback socket, as Serve hosts it behind
 a handle: one call per connection, a length-prefixed pickle of (method, args) in and of
 ("ok", answer) | ("error", repr) out. `KeeperHandle` is the ingress side: it looks like a
 Serve handle (`handle.admit.remote(...)` is awaitable). Pickle: loopback and tests only.
@@ -58,7 +58,7 @@ class KeeperHandle:
 
 
 async def _serve(port: int) -> None:
-    from agentserve.admission.shared_limits import QuotaKeeper
+    from agentserve.admission.quota_keeper import QuotaKeeper
 
     keeper = QuotaKeeper()
 

@@ -19,7 +19,12 @@ adopts the open leases every sync lists, so its book is whole again at the first
 and asks each ingress it never heard of for its window of the last minute (requests and
 charged tokens, from `mirror`) so requests_per_minute and tokens_per_minute survive it
 too (admission/quota_book.py). Leases of an ingress that died are finished by the book after its
-LEASE_TTL_S.
+LEASE_TTL_S. A keeper that was stalled (its loop did not run for STALL_S: SIGSTOP, a long
+pause, a starved CPU) or that hears from an ingress that admitted alone since its last
+sync does what a restarted one does: it leaves admission to the ingresses for RECOVER_S,
+while their syncs bring the leases they admitted alone into its book (a keeper resuming
+from a stall used to admit against a book that lacked them: a tenant limited to 3 reached
+6 in flight).
 
 Failure: when the keeper cannot answer within CALL_TIMEOUT_S (stalled, restarting,
 unreachable), an ingress admits alone, for KEEPER_RETRY_S or until a sync gets through:
@@ -48,23 +53,27 @@ from typing import Any
 
 from agentserve.admission.quota import Lease, RateLimiter
 from agentserve.admission.quota_book import (
-    DEFAULT_MAX_AGE_S,
     RENEW_S,
     Admission,
-    OpenLease,
-    QuotaBook,
     has_limits,
     refusal_error,
     share_of,
 )
+from agentserve.admission.quota_keeper import RECOVER_S, QuotaKeeper
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import RateLimitError
 
-__all__ = ["CALL_TIMEOUT_S", "KEEPER_RETRY_S", "LocalQuota", "QuotaKeeper", "SharedQuota"]
+__all__ = [
+    "CALL_TIMEOUT_S",
+    "KEEPER_RETRY_S",
+    "RECOVER_S",
+    "LocalQuota",
+    "QuotaKeeper",
+    "SharedQuota",
+]
 
 CALL_TIMEOUT_S = 2.0
 ADMIT_TIMEOUT_S = 1.0  # an admission waits no longer on a stalled keeper, then goes alone
-RECOVER_S = RENEW_S + 0.5  # a (re)started keeper admits nothing until every ingress synced
 KEEPER_RETRY_S = 2.0  # at most the renewal period: a sync that succeeds ends it sooner
 FINISH_RETRY_S = 0.25  # a sync that failed is tried again after this
 log = logging.getLogger(__name__)
@@ -81,69 +90,6 @@ class LocalQuota:
 
     async def drain(self) -> None:
         """Nothing is ever pending here (SharedQuota.drain's counterpart)."""
-
-
-class QuotaKeeper:
-    """The Serve deployment holding the one QuotaBook (async methods: one at a time on
-    its event loop, no locks needed)."""
-
-    def __init__(
-        self,
-        max_age_s: float = DEFAULT_MAX_AGE_S,
-        clock: Callable[[], float] = time.monotonic,
-        recover_s: float = RECOVER_S,
-    ) -> None:
-        """`recover_s`: how long after its start the keeper leaves admission to the
-        ingresses while their syncs rebuild its book (0: none, for tests)."""
-        self.book = QuotaBook(clock, max_age_s=max_age_s)
-        self._clock, self._ready_at = clock, clock() + recover_s
-        self._seen: set[str] = set()  # owners heard from since this keeper started
-
-    def recovering(self) -> bool:
-        """Just (re)started: the ingresses' open leases may not all be adopted yet."""
-        return self._clock() < self._ready_at
-
-    async def admit(
-        self, owner: str, requests: list[tuple[Tenant, int, str, int]]
-    ) -> list[Admission]:
-        """Admit each (tenant, reserve_tokens, lease id, count) in order: one answer each;
-        ("recovering", None) each while `recovering()` (the ingress then admits alone)."""
-        if self.recovering():
-            self.book.renew(owner)
-            return [("recovering", None)] * len(requests)
-        self._seen.add(owner)
-        return [self.book.admit(owner, t, r, lease_id, n) for t, r, lease_id, n in requests]
-
-    async def sync(
-        self,
-        owner: str,
-        finished: list[tuple[str, int]],
-        open_leases: list[OpenLease],
-        history: dict[str, Any] | None = None,
-    ) -> tuple[dict[str, int] | None, bool]:
-        """Finish each (lease id, tokens used), adopt the open leases the book lacks, add
-        `history` (the owner's window, RateLimiter.history), renew `owner`. Returns
-        (tenant -> requests in flight through the other owners, None while recovering;
-        whether the keeper wants the owner's history: it never heard of it)."""
-        for lease_id, tokens in finished:
-            self.book.finish(owner, lease_id, tokens)
-        first = owner not in self._seen
-        self._seen.add(owner)
-        if history is not None:
-            self.book.restore(history)
-        self.book.adopt(owner, open_leases, count_requests=not first)
-        elsewhere = None if self.recovering() else self.book.in_flight_elsewhere(owner)
-        return elsewhere, first and history is None
-
-    async def renew(self, owner: str) -> int:
-        """Renew `owner`; the number of its open leases (for tests and logs)."""
-        self.book.renew(owner)
-        return self.book.open_leases(owner)
-
-    async def state(self) -> dict[str, Any]:
-        """The ingress replicas heard from, open leases, leases expired (for status)."""
-        book = self.book
-        return {"owners": book.owners(), "open": book.open_leases(), "expired": book.expired}
 
 
 class _SharedLease:
@@ -225,6 +171,7 @@ class SharedQuota:
         self._wake: asyncio.Event | None = None
         self._attempts = 0  # sync calls made (drain waits for one)
         self._send_history = False  # the keeper asked for this ingress's window
+        self._went_alone = False  # admitted alone (keeper down) since the last sync
         self._lease_ids = itertools.count()
         self.admits = _Batches(self._admit, lost=self._unwanted)
 
@@ -245,10 +192,14 @@ class SharedQuota:
                     raise refusal_error(value)
                 if kind == "recovering":  # its book is being rebuilt: admit alone
                     alone = self._admit_alone(tenant, reserve_tokens, count)
+                    self._wake.set()  # and tell it at once (the next sync adopts it)
                     return self._hold(self._new_id(), tenant, alone)
                 mirror = self.mirror.adopt(tenant, reserve_tokens, count)
                 return self._hold(str(value), tenant, mirror)
-        return self._hold(self._new_id(), tenant, self._admit_alone(tenant, reserve_tokens, count))
+        alone = self._admit_alone(tenant, reserve_tokens, count)
+        self._went_alone = True  # the keeper's book lacks this: it recovers when told,
+        self._wake.set()  # as soon as a sync gets through
+        return self._hold(self._new_id(), tenant, alone)
 
     async def drain(self, timeout_s: float = 10.0) -> None:
         """Wait until the admissions submitted so far were sent and the finishes pending
@@ -356,7 +307,8 @@ class SharedQuota:
         finished = dict(self.pending)
         open_leases = [(i, x.tenant, x.reserved, x.count) for i, x in self.open.items()]
         history = self.mirror.history() if self._send_history else None
-        args = (self.owner, list(finished.items()), open_leases, history)
+        went_alone = self._went_alone
+        args = (self.owner, list(finished.items()), open_leases, history, went_alone)
         try:
             elsewhere, wants_history = await self._call("sync", *args)
         except Exception as err:
@@ -367,6 +319,8 @@ class SharedQuota:
         for lease_id, tokens in finished.items():
             if self.pending.get(lease_id) == tokens:
                 del self.pending[lease_id]
+        if went_alone:
+            self._went_alone = False
         if history is not None:
             self._send_history = False
         elif wants_history:  # a keeper that never heard of this ingress (it restarted)

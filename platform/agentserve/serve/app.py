@@ -20,7 +20,8 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
 from agentserve.admission.priority import replica_slots
-from agentserve.admission.shared_limits import QuotaKeeper, SharedQuota
+from agentserve.admission.quota_keeper import QuotaKeeper
+from agentserve.admission.shared_limits import SharedQuota
 from agentserve.admission.shares import ingress_replicas, model_capacity
 from agentserve.autoscale.ray_policy import ray_autoscaling_config
 from agentserve.autoscale.spec_schedule import latency_model_for

@@ -28,8 +28,10 @@ def test_keeper_stalled_and_killed_under_load():
     outcome = keeper_faults(duration_s=12.0, stall_at_s=2.0, stall_s=3.0, kill_at_s=6.5)
     assert outcome.clean, outcome
     for tenant, seen in outcome.details["tenants"].items():
-        # the scenario's figure (docs/reliability.md) is at most one over; a loaded CI
-        # machine has shown two (the stall lands between syncs); the old code reached +4
+        # the scenario's figure (docs/reliability.md) is at most one over; with both
+        # cores busy it has shown two (an admission timed out by load, not by the stall,
+        # admits alone before the keeper hears of it). A keeper that admitted against a
+        # book lacking the leases admitted alone during its stall reached +3; the old code +4
         assert seen["max_in_flight"] <= LIMIT + 2, (tenant, seen)
         assert seen["longest_lockout_s"] <= RENEW_S, (tenant, seen)
         assert seen["after"] == [200, 200], (tenant, seen)

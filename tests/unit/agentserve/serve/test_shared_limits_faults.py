@@ -127,3 +127,62 @@ def test_a_restarted_keeper_gets_the_last_minutes_requests_and_tokens_back(monke
             await b.admit(tenant, reserve_tokens=1)  # a 5th: over 4 requests per minute
 
     asyncio.run(run())
+
+
+def test_a_keeper_whose_loop_stalled_leaves_admission_to_the_ingresses_while_they_sync():
+    clock, loop = [0.0], [0.0]  # loop: real time, as the keeper watches it
+    keeper = QuotaKeeper(clock=lambda: clock[0], loop_clock=lambda: loop[0])
+    clock[0] = 10.0  # past the start's recovery
+    tenant = _tenant(_spec(max_concurrent_requests=4))
+    ask = [(tenant, 0, None, 1)]
+
+    async def run():
+        assert (await keeper.admit("a", ask))[0][0] == "lease"
+        loop[0] += 0.3  # a busy loop, not a stall
+        assert (await keeper.admit("a", ask))[0][0] == "lease"
+        loop[0] += 3.0  # SIGSTOP 3 s: the ingresses' admissions timed out meanwhile
+        assert await keeper.admit("a", ask) == [("recovering", None)]
+        assert keeper.recoveries == 1
+        clock[0] += shared_limits.RECOVER_S
+        assert (await keeper.admit("a", ask))[0][0] == "lease"
+
+    asyncio.run(run())
+
+
+def test_an_ingress_that_admitted_alone_says_so_and_the_keeper_recovers_until_all_synced(
+    monkeypatch,
+):
+    """The stall's other half: the keeper back, one ingress synced, the other's leases
+    admitted alone not yet in its book. Before, the first ingress's next admissions went
+    through the keeper against that book, and the tenant went two or three over."""
+    monkeypatch.setattr(shared_limits, "RENEW_S", 0.02)
+    clock = [0.0]
+    keeper = QuotaKeeper(clock=lambda: clock[0], stall_s=None)
+    clock[0] = 10.0  # past the start's recovery
+    to_a, to_b = FakeKeeperHandle(keeper), FakeKeeperHandle(keeper)
+    a, b = SharedQuota(to_a, 2, owner="a"), SharedQuota(to_b, 2, owner="b")
+    tenant = _tenant(_spec(max_concurrent_requests=3))
+
+    async def admitted(quota: SharedQuota, tries: int) -> list:
+        leases = []
+        for _ in range(tries):
+            with contextlib.suppress(RateLimitError):
+                leases.append(await quota.admit(tenant))
+        return leases
+
+    async def run():
+        to_a.down = to_b.down = True
+        await asyncio.sleep(0.05)  # nothing known of the others any more
+        alone = await admitted(a, 3) + await admitted(b, 3)
+        assert len(alone) == 4 and a._went_alone and b._went_alone  # each its share: 2
+        to_a.down = False  # a reaches the keeper again, b not yet
+        a._wake.set()
+        assert await _until(lambda: not a._went_alone), "a synced and said it went alone"
+        more = await admitted(a, 3)  # b's two are not in the book yet
+        assert len(alone) + len(more) <= 3 + 1, "at most one over the limit"
+        assert keeper.recovering() and keeper.recoveries == 1
+        to_b.down = False
+        assert await _until(lambda: not b._went_alone)
+        assert keeper.book.open_leases() == 4, "both ingresses' leases adopted"
+
+    asyncio.run(run())
