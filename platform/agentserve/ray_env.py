@@ -54,7 +54,8 @@ RAY_ENVS: dict[str, dict[str, str]] = {"ray": RAY_DEFAULTS, "quiet": QUIET}
 # amx: Serve's threads at nice 0 cut TTFT p50 to 0.69x at c=1 and 0.60x at c=4 (lower in 5 of
 # 5 interleaved rounds, `agentserve bench ray-priority`); decoding 0.88-0.92x there, 1.04x in
 # an earlier run: a trade on 2 cores, taken for TTFT (docs/benchmarks.md)
-QUIET_BY_CPU: dict[str, bool] = {"amx": True}
+# avx512_bf16 (AMD EPYC, 2026-11-27): uni + quiet served plain 1.31x / 1.27x all-gomp (c=1 / c=4)
+QUIET_BY_CPU: dict[str, bool] = {"amx": True, "avx512_bf16": True}
 
 
 def ray_env_name(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> str:

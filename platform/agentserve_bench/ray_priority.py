@@ -16,11 +16,12 @@ import argparse
 import asyncio
 import os
 import shlex
-import statistics
 import sys
 from datetime import date
 from pathlib import Path
 from typing import Any
+
+from agentserve_bench.report import measured_with, paired_rounds
 
 __all__ = ["add_parser", "ray_threads", "run", "summarize"]
 
@@ -58,27 +59,14 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per concurrency: medians per niceness and the paired ratios nice 0 / nice 15 of each
     round (pure)."""
     out = []
-    for c in sorted({r["concurrency"] for r in rows}):
-        at = {n: {r["round"]: r for r in rows if r["concurrency"] == c and r["niceness"] == n}
-              for n in LEVELS}  # fmt: skip
-        rounds = sorted(set(at[15]) & set(at[0]))
-        if not rounds:
-            continue
-        summary: dict[str, Any] = {"kind": "summary", "concurrency": c, "rounds": len(rounds)}
-        for n in LEVELS:
-            summary[f"nice{n}_decode_tokens_per_s"] = round(
-                statistics.median(at[n][i]["decode_tokens_per_s"] for i in rounds), 2
-            )
-            summary[f"nice{n}_ttft_ms_p50"] = round(
-                statistics.median(at[n][i]["ttft_ms_p50"] for i in rounds), 1
-            )
-        decode = [
-            at[0][i]["decode_tokens_per_s"] / at[15][i]["decode_tokens_per_s"] for i in rounds
-        ]
-        ttft = [at[0][i]["ttft_ms_p50"] / at[15][i]["ttft_ms_p50"] for i in rounds]
-        summary["decode_ratio_median"] = round(statistics.median(decode), 3)
-        summary["ttft_ratio_median"] = round(statistics.median(ttft), 3)
-        summary["ttft_lower_in_rounds"] = sum(x < 1 for x in ttft)
+    for p in paired_rounds(rows, "niceness", LEVELS, ("decode_tokens_per_s", "ttft_ms_p50")):
+        summary = {k: p[k] for k in ("kind", "concurrency", "rounds")}
+        for i, n in enumerate(LEVELS):
+            summary[f"nice{n}_decode_tokens_per_s"] = round(p["decode_tokens_per_s"][i], 2)
+            summary[f"nice{n}_ttft_ms_p50"] = round(p["ttft_ms_p50"][i], 1)
+        summary["decode_ratio_median"] = p["decode_tokens_per_s_ratio_median"]
+        summary["ttft_ratio_median"] = p["ttft_ms_p50_ratio_median"]
+        summary["ttft_lower_in_rounds"] = p["rounds"] - p["ttft_ms_p50_higher_in_rounds"]
         out.append(summary)
     return out
 
@@ -97,10 +85,8 @@ def section(records: list[dict[str, Any]]) -> str:
             f"| {s['decode_ratio_median']}x | {s['nice15_ttft_ms_p50']} / {s['nice0_ttft_ms_p50']} "
             f"| {s['ttft_ratio_median']}x | {s['ttft_lower_in_rounds']} of {s['rounds']} |"
         )
-    commands = sorted({r["command"] for r in records if r.get("command")})
-    dates = sorted({r["date"] for r in records if r.get("date")})
     return (
-        f"Measured {', '.join(dates)} with `{'`, `'.join(commands)}`: one platform (plain "
+        f"{measured_with(records)}: one platform (plain "
         "decoding, Ray's defaults), Serve's threads reniced live between rounds, medians over "
         "rounds, ratios paired within a round.\n\n" + "\n".join(lines) + "\n"
     )

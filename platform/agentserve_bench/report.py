@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ __all__ = [
     "finalize",
     "histogram_lines",
     "markdown_table",
+    "measured_with",
+    "paired_rounds",
     "plot_speedups",
     "replace_section",
     "write_json",
@@ -207,3 +210,35 @@ def write_machine_rows(
     replace_section(Path(docs) / "benchmarks.md", stem, render(rows))
     print(f"written: {path}, {Path(docs) / 'benchmarks.md'} (section {stem})")
     return rows
+
+
+def paired_rounds(
+    rows: list[dict[str, Any]], arm: str, arms: tuple[Any, Any], keys: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """Interleaved-round rows (each with "concurrency", "round" and `arm`) summarized per
+    concurrency over the rounds both arms ran: for each key, the median per arm (in `arms`
+    order), the median of the per-round ratios second arm / first, and in how many rounds
+    that ratio was above 1 (pure). A drifting machine says something only in such pairs."""
+    first, second = arms
+    out = []
+    for c in sorted({r["concurrency"] for r in rows}):
+        at = {x: {r["round"]: r for r in rows if r["concurrency"] == c and r[arm] == x}
+              for x in arms}  # fmt: skip
+        rounds = sorted(set(at[first]) & set(at[second]))
+        if not rounds:
+            continue
+        s: dict[str, Any] = {"kind": "summary", "concurrency": c, "rounds": len(rounds)}
+        for key in keys:
+            ratios = [at[second][i][key] / at[first][i][key] for i in rounds]
+            s[key] = [statistics.median(at[x][i][key] for i in rounds) for x in arms]
+            s[f"{key}_ratio_median"] = round(statistics.median(ratios), 3)
+            s[f"{key}_higher_in_rounds"] = sum(x > 1 for x in ratios)
+        out.append(s)
+    return out
+
+
+def measured_with(records: list[dict[str, Any]]) -> str:
+    """ "Measured <dates> with `<commands>`" from the records that carry them (pure)."""
+    commands = sorted({r["command"] for r in records if r.get("command")})
+    dates = sorted({r["date"] for r in records if r.get("date")})
+    return f"Measured {', '.join(dates)} with `{'`, `'.join(commands)}`"

@@ -14,7 +14,7 @@ from typing import Any
 from agentserve.engine.cpu_settings import DEFAULT_SETTINGS
 
 from agentserve_bench.report import replace_section, write_json
-from agentserve_bench.served_rows import machine_default_settings
+from agentserve_bench.served_rows import by_machine, machine_default_settings, served_default
 
 __all__ = ["SECTION", "markdown_table", "write_served"]
 
@@ -109,15 +109,22 @@ def write_served(
     envs = {r.get("settings", DEFAULT_SETTINGS): r["engine_env"] for r in records}
     env_text = "; ".join(f"{name}: `{env}`" for name, env in envs.items())
     took = f"; {wall_s:.0f} s" if wall_s else ""
-    score_text = ", ".join(
-        f"{m}:{s['k']} {s['score']:.2f}x{'' if s['passes'] else ' (fails the bar)'}"
-        for m, s in sorted(scores.items())
-    )
+    score_lines = []
+    for cpu_class, rows in sorted(by_machine(records).items()):  # each kind decides alone
+        chosen, by_method = (
+            (default, scores) if cpu_class == machine["cpu_class"] else served_default(rows)
+        )
+        score_text = ", ".join(
+            f"{m}:{s['k']} {s['score']:.2f}x{'' if s['passes'] else ' (fails the bar)'}"
+            for m, s in sorted(by_method.items())
+        )
+        score_lines.append(
+            f"- `{cpu_class}`: {score_text or 'none measured'}. **Default: {chosen}.**"
+        )
     body = (
         "## Speculation through the server (the source of truth for the default)\n\n"
-        f"Command: `{command}` ({date}; {machine['model']}, {machine['cores']} cores, "
-        f"features {', '.join(machine['features']) or 'none'}, class `{machine['cpu_class']}`; "
-        f"engine environment by settings: {env_text}{took}). Raw figures: the "
+        f"Command: `{command}` ({date}{took}). Machines: {_machines(records, machine)}. "
+        f"Engine environment by settings: {env_text}. Raw figures: the "
         '`"path": "served"` '
         "rows of `benchmarks/speculative.json`.\n\n"
         "Every row is streamed through the HTTP API (greedy, held-out conversations, "
@@ -126,14 +133,24 @@ def write_served(
         "and concurrency, in this run.\n\n"
         f"{markdown_table(records)}\n"
         f"{_peer_line(records)}\n\n"
-        f"Method scores (geometric mean of speedups; the bar: >= 1.05x at c=1 and >= 0.97x at "
-        f"higher concurrency on every workload): {score_text or 'none measured'}. **Default for "
-        f"CPU class `{machine['cpu_class']}`: {default}.**\n"
+        "Method scores per kind of CPU, from the rows of the settings `agentserve up` applies "
+        "there (geometric mean of speedups; the bar: >= 1.05x at c=1 and >= 0.97x at higher "
+        "concurrency on every workload):\n\n" + "\n".join(score_lines) + "\n"
     )
     doc = docs / "benchmarks.md"
     _ensure_leading(doc)
     replace_section(doc, SECTION, body)
     return [figures, doc]
+
+
+def _machines(records: list[dict[str, Any]], current: dict[str, Any]) -> str:
+    """Each kind of CPU in the table: the machine that measured it, and when."""
+    seen = {_cpu(r): (r.get("machine") or current, r.get("date", "")) for r in records}
+    return "; ".join(
+        f"`{cpu_class}` {m['model']}, {m['cores']} cores, features "
+        f"{', '.join(m['features']) or 'none'} ({when or 'this run'})"
+        for cpu_class, (m, when) in sorted(seen.items())
+    )
 
 
 def _ensure_leading(doc: Path) -> None:

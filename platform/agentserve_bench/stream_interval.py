@@ -14,13 +14,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
-import statistics
 import sys
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from agentserve_bench.report import measured_with, paired_rounds
+
 __all__ = ["add_parser", "run", "section", "summarize", "two_model_spec"]
+
+KEYS = ("decode_tokens_per_s", "throughput_tokens_per_s", "ttft_ms_p50")
 
 
 def two_model_spec(base: Any, caps: tuple[float, float]) -> tuple[Any, list[str]]:
@@ -42,22 +45,11 @@ def two_model_spec(base: Any, caps: tuple[float, float]) -> tuple[Any, list[str]
 def summarize(rows: list[dict[str, Any]], caps: tuple[float, float]) -> list[dict[str, Any]]:
     """Per concurrency: medians per cap and the paired ratios (second cap / first) of each
     round (pure)."""
-    a, b = caps
-    out = []
-    for c in sorted({r["concurrency"] for r in rows}):
-        at = {cap: {r["round"]: r for r in rows if r["concurrency"] == c and r["cap_ms"] == cap}
-              for cap in caps}  # fmt: skip
-        rounds = sorted(set(at[a]) & set(at[b]))
-        if not rounds:
-            continue
-        s: dict[str, Any] = {"kind": "summary", "concurrency": c, "rounds": len(rounds),
-                             "caps_ms": [a, b]}  # fmt: skip
-        for key in ("decode_tokens_per_s", "throughput_tokens_per_s", "ttft_ms_p50"):
-            s[key] = [round(statistics.median(at[cap][i][key] for i in rounds), 2) for cap in caps]
-            ratios = [at[b][i][key] / at[a][i][key] for i in rounds]
-            s[f"{key}_ratio_median"] = round(statistics.median(ratios), 3)
-            s[f"{key}_higher_in_rounds"] = sum(x > 1 for x in ratios)
-        out.append(s)
+    out = paired_rounds(rows, "cap_ms", caps, KEYS)
+    for s in out:
+        s["caps_ms"] = list(caps)
+        for key in KEYS:
+            s[key] = [round(x, 2) for x in s[key]]
     return out
 
 
@@ -79,10 +71,8 @@ def section(records: list[dict[str, Any]]) -> str:
             f"({s['throughput_tokens_per_s_higher_in_rounds']}) "
             f"| {f[0]} / {f[1]} | {s['ttft_ms_p50_ratio_median']}x |"
         )
-    commands = sorted({r["command"] for r in records if r.get("command")})
-    dates = sorted({r["date"] for r in records if r.get("date")})
     return (
-        f"Measured {', '.join(dates)} with `{'`, `'.join(commands)}`: one platform serving "
+        f"{measured_with(records)}: one platform serving "
         "the bundled model twice (plain decoding, the default settings), the two differing "
         "only in `stream_interval_max_ms`; medians over rounds; ratios (second cap / first) "
         "paired within a round, with the rounds where the second was higher.\n\n"

@@ -49,9 +49,9 @@ __all__ = [
 # checks this table against the committed figures. A method not listed keeps LatencyModel's
 # assumption.
 MEASURED_ACCEPTANCE: dict[str, tuple[float, float]] = {
-    "ngram": (0.844, 0.068),
-    "dflash": (0.312, 0.0),
-    "hybrid": (0.695, 0.106),  # n-gram and DFlash drafts together, at the engine's k
+    "ngram": (0.847, 0.068),
+    "dflash": (0.318, 0.0),
+    "hybrid": (0.7, 0.111),  # n-gram and DFlash drafts together, at the engine's k
 }
 
 

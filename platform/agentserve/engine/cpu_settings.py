@@ -98,8 +98,9 @@ DEFAULT_SETTINGS = "all-gomp"  # on a kind of CPU whose executor was never measu
 EXECUTORS = ("mp", "uni")
 DEFAULT_EXECUTOR = "mp"  # vLLM's own choice on CPU, where the executors were never compared
 # cpu_class -> executor, from the served bench's settings rows (docs/benchmarks/speculative.json)
-# amx: uni served plain 1.12-1.39x and started in 40-44 s against 49-54 s (one run)
-EXECUTOR_BY_CPU: dict[str, str] = {"amx": "uni"}
+# amx: uni served plain 1.12-1.39x and started in 40-44 s against 49-54 s (one run);
+# avx512_bf16: uni (with quiet Ray) served plain 1.27-1.41x, ready in 29-31 s against 80-109 s
+EXECUTOR_BY_CPU: dict[str, str] = {"amx": "uni", "avx512_bf16": "uni"}
 DEFAULT_BIND = "all"
 DEFAULT_IOMP = "0"  # GNU OpenMP: measured as fast as Intel OpenMP at c=1, faster at c=4
 # cpu_class (engine/cpu_info.py) -> compile (True) or eager (False), from startup.json's

@@ -156,7 +156,7 @@ def test_written_rows_replace_only_served_rows_and_lead_the_doc(tmp_path):
     assert all("texts" not in r and len(r["text_digests"]) == 2 for r in saved[2:])
     doc = (tmp_path / "benchmarks.md").read_text()
     assert doc.index("speculative-served:begin") < doc.index("speculative:begin")
-    assert "Default for CPU class `avx2`: none" in doc
+    assert "- `avx2`: ngram:4 0.80x (fails the bar). **Default: none.**" in doc
 
 
 def test_each_settings_variant_is_compared_with_its_own_plain_and_never_decides():
