@@ -20,7 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentserve.speculation_choice import SERVED_FACTOR, Choice, choose, drafter_fraction
+from agentserve.speculation_choice import (
+    SERVED_FACTOR,
+    SERVED_FACTOR_LOADED,
+    Choice,
+    choose,
+    drafter_fraction,
+)
 
 __all__ = [
     "DECISIONS_ENV",
@@ -53,7 +59,10 @@ def calibrated_choice(
     if fraction is not None:
         acceptance["dflash"] = MEASURED_ACCEPTANCE["dflash"]
         fractions["dflash"] = fraction
-    return choose(profile, acceptance, fractions, SERVED_FACTOR), profile, cached
+    choice = choose(
+        profile, acceptance, fractions, SERVED_FACTOR, served_factor_loaded=SERVED_FACTOR_LOADED
+    )
+    return choice, profile, cached
 
 
 def export_decisions(decisions: dict[str, dict[str, Any]]) -> None:

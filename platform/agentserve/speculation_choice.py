@@ -9,7 +9,10 @@ verification pass of 1 + k tokens plus the drafting. Its speed against plain dec
 with decode and verify from the machine's step-cost profile (engine/step_costs.py). Step
 costs there are the GEMM part of a step; the served benchmark shows what vLLM's whole step
 adds, so a `served_factor` (measured served speedup / speedup predicted from the profile, at
-most 1) scales every prediction down on machines where that was measured.
+most 1) scales every prediction down on machines where that was measured: one fitted at
+concurrency 1 for batch 1, one at LOADED_BATCH for the loaded check (vLLM's fixed cost per
+step weighs less in a bigger batch, so one factor for both under-predicts the loaded case:
+on an AVX-512 EPYC it predicted n-gram at 0.88x plain at batch 4, served 1.42-1.99x).
 
 `choose` scores each (dtype, method, k) by the time of a nominal agent turn (prefill of the
 prompt, then the output at batch 1) and keeps plain decoding unless speculation is at least
@@ -25,10 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentserve.autoscale.model import geometric_tau
+from agentserve.autoscale.model import LOADED_FACTOR_BATCH, geometric_tau
 
 __all__ = [
     "SERVED_FACTOR",
+    "SERVED_FACTOR_LOADED",
     "Choice",
     "choose",
     "drafter_fraction",
@@ -40,12 +44,13 @@ __all__ = [
 # measured served speedup / speedup predicted from the step-cost profile, per method, on the
 # kinds of CPU with both figures (served_factors over
 # docs/benchmarks/calibration.json and speculative.json with the shipped drafter's
-# draft fraction; a unit test holds this equal)
-SERVED_FACTOR: dict[str, float] = {"ngram": 0.48, "dflash": 0.63, "hybrid": 0.643}
+# draft fraction, at concurrency 1 and at LOADED_BATCH; a unit test holds these equal)
+SERVED_FACTOR: dict[str, float] = {"ngram": 0.508, "dflash": 0.63, "hybrid": 0.643}
+SERVED_FACTOR_LOADED: dict[str, float] = {"ngram": 0.713, "dflash": 0.555, "hybrid": 0.82}
 
 MIN_GAIN = 1.15  # speculation must be predicted this much faster than plain at batch 1
 NOMINAL_PROMPT, NOMINAL_OUTPUT = 512, 128  # an agent turn: tool results in, a reply out
-LOADED_BATCH = 4  # "not slower under load" is checked here
+LOADED_BATCH = LOADED_FACTOR_BATCH  # "not slower under load" is checked here (4)
 
 
 @dataclass(frozen=True)
@@ -91,12 +96,16 @@ def served_factors(
     profiles: list[Mapping[str, Any]],
     records: list[Mapping[str, Any]],
     draft_fraction: Mapping[str, float] | None = None,
+    concurrency: int = 1,
 ) -> dict[str, float]:
-    """{method: min over served agentserve rows at concurrency 1 of measured speedup /
-    speedup predicted from the profile of the same kind of machine with the row's own tau
-    and the method's `draft_fraction` (as `choose` predicts it: the drafting is in the
-    prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at 1
-    (only ever a correction downwards). Methods with no pair are absent."""
+    """{method: min over served agentserve rows at `concurrency` (under the engine settings
+    `agentserve up` applies on the row's kind of CPU) of measured speedup / speedup
+    predicted from the profile of the same kind of machine at that batch, with the row's
+    own tau and the method's `draft_fraction` (as `choose` predicts it: the drafting is in
+    the prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at
+    1 (only ever a correction downwards). Methods with no pair are absent."""
+    from agentserve.engine.cpu_settings import default_settings
+
     draft_fraction = draft_fraction or {}
     by_class = {p["machine"]["cpu_class"]: p for p in profiles}
     out: dict[str, float] = {}
@@ -104,25 +113,39 @@ def served_factors(
         machine = (r.get("machine") or {}).get("cpu_class")
         if r.get("path") != "served" or r.get("server") != "agentserve" or machine not in by_class:
             continue
-        if r.get("method") in (None, "none") or r.get("concurrency") != 1 or not r.get("tau"):
+        if r.get("method") in (None, "none") or r.get("concurrency") != concurrency:
+            continue
+        if not r.get("tau") or r.get("settings", default_settings(machine)) != default_settings(
+            machine
+        ):
             continue
         profile, k = by_class[machine], int(r["num_speculative_tokens"])
-        if r.get("dtype") not in profile["dtypes"] or k + 1 > max(_ks(profile, r["dtype"], 1)) + 1:
+        if (
+            r.get("dtype") not in profile["dtypes"]
+            or str(concurrency) not in profile["dtypes"][r["dtype"]]["step_ms"]
+        ):
+            continue
+        if k + 1 > max(_ks(profile, r["dtype"], concurrency)) + 1:
             continue
         frac = draft_fraction.get(r["method"], 0.0)
-        predicted = predicted_speedup(profile, r["dtype"], 1, k, float(r["tau"]), frac)
+        tau = float(r["tau"])
+        predicted = predicted_speedup(profile, r["dtype"], concurrency, k, tau, frac)
         factor = min(1.0, float(r["speedup_vs_plain"]) / predicted)
         out[r["method"]] = round(min(out.get(r["method"], 1.0), factor), 3)
     return out
 
 
-def speculative_step_factor(method: str | None, draft_fraction: float = 0.0) -> float:
+def speculative_step_factor(
+    method: str | None, draft_fraction: float = 0.0, loaded: bool = False
+) -> float:
     """What a speculative step of `method` costs against the verification GEMMs the profile
     predicts: the drafting (`draft_fraction` of a verification pass) and what the rest of
-    vLLM's step adds (1 / SERVED_FACTOR); 1.0 for a method without a served factor."""
+    vLLM's step adds (1 / SERVED_FACTOR; `loaded`: at LOADED_BATCH, 1 /
+    SERVED_FACTOR_LOADED where measured); 1.0 for a method without a served factor."""
     if method not in SERVED_FACTOR:
         return 1.0
-    return (1.0 + draft_fraction) / SERVED_FACTOR[method]
+    factor = SERVED_FACTOR_LOADED.get(method, SERVED_FACTOR[method]) if loaded else None
+    return (1.0 + draft_fraction) / (factor or SERVED_FACTOR[method])
 
 
 def drafter_fraction(drafter_dir: Path | None) -> float | None:
@@ -143,22 +166,26 @@ def choose(
     served_factor: Mapping[str, float] | None = None,
     min_gain: float = MIN_GAIN,
     ks: Collection[int] | None = None,
+    served_factor_loaded: Mapping[str, float] | None = None,
 ) -> Choice:
     """The dtype, method and k with the shortest nominal agent turn on this profile.
 
     `acceptance`: {method: (alpha at batch 1, drop per doubling of the batch)} for the
     methods available (a DFlash entry only where a drafter is shipped); `draft_fraction`:
     {method: drafting cost as a share of a verification pass}; `served_factor`: see
-    `served_factors` (a method without one keeps its prediction); `ks`: the draft lengths
-    to consider (default: every k the profile timed)."""
+    `served_factors` (a method without one keeps its prediction); `served_factor_loaded`:
+    the same at LOADED_BATCH (default: `served_factor`); `ks`: the draft lengths to
+    consider (default: every k the profile timed)."""
     draft_fraction, served_factor = draft_fraction or {}, served_factor or {}
+    loaded_factor = served_factor if served_factor_loaded is None else served_factor_loaded
     rows: list[dict[str, Any]] = []
     for dtype, costs in profile["dtypes"].items():
         prefill = NOMINAL_PROMPT * float(costs["prefill_ms_per_token"])
         decode = _step(profile, dtype, 1, 1)
         rows.append(_row(dtype, None, 0, 1.0, 1.0, prefill + NOMINAL_OUTPUT * decode))
         for method, (alpha_1, drop) in acceptance.items():
-            factor = served_factor.get(method, 1.0)
+            factors = {1: served_factor.get(method, 1.0)}
+            factors[LOADED_BATCH] = loaded_factor.get(method, factors[1])
             for k in (k for k in _ks(profile, dtype, 1) if ks is None or k in ks):
                 gains = []
                 for batch in (1, LOADED_BATCH):
@@ -167,7 +194,8 @@ def choose(
                     alpha = max(0.0, alpha_1 - drop * (batch.bit_length() - 1))
                     tau = geometric_tau(alpha, k)
                     frac = draft_fraction.get(method, 0.0)
-                    gains.append(factor * predicted_speedup(profile, dtype, batch, k, tau, frac))
+                    predicted = predicted_speedup(profile, dtype, batch, k, tau, frac)
+                    gains.append(factors[batch] * predicted)
                 turn = prefill + NOMINAL_OUTPUT * decode / gains[0]
                 rows.append(_row(dtype, method, k, gains[0], gains[-1], turn))
     plain = min((r for r in rows if r["method"] is None), key=lambda r: r["turn_ms"])

@@ -11,8 +11,9 @@ from which measurement:
   i.e. the roofline of the step's GEMMs, then times SERVED_STEP_FACTOR: a served plain step
   at concurrency 1 over the profile's decode step at batch 1 (`served_step_factor`), since
   attention, sampling and the scheduler add to every step what the GEMMs do not show.
-- `speculative_step_factor`: speculation_choice.speculative_step_factor (the drafting,
-  then 1 / SERVED_FACTOR[method]), the correction the speculation choice
+- `speculative_step_factor` (and `_loaded`, at batch 4): speculation_choice's (the drafting,
+  then 1 / SERVED_FACTOR[method], 1 / SERVED_FACTOR_LOADED[method]), the correction the
+  speculation choice
   (speculation_choice.choose) applies to every predicted speedup, so
   the schedule at batch 1 and the calibrated choice weigh a verification step alike. A
   method without a served factor keeps the GEMM ratio (an upper bound of the engine's).
@@ -70,6 +71,7 @@ SERVED_STEP_FACTOR = 1.675
 # holds this equal). A kind with a whole-engine fit (CPU_MEASUREMENTS_MACHINE) keeps that.
 RECORDED_STEP_TERMS: dict[str, dict[str, StepTerms]] = {
     "amx": {"bfloat16": (25.117, 0.0, 0.0), "float32": (32.514, 0.0, 1.4235)},
+    "avx512_bf16": {"bfloat16": (7.731, 5.0, 0.29), "float32": (14.322, 5.0, 0.5485)},
 }
 
 
@@ -97,6 +99,7 @@ def _from_terms(
         knee_tokens=knee,
         per_token_ms=round(per_token * step_factor, 4),
         speculative_step_factor=round(speculative_step_factor(method, draft), 4),
+        speculative_step_factor_loaded=round(speculative_step_factor(method, draft, True), 4),
     )
 
 
@@ -118,13 +121,19 @@ def served_step_factor(
     profiles: list[Mapping[str, Any]], records: list[Mapping[str, Any]]
 ) -> float:
     """max over served agentserve plain rows at concurrency 1 (with a profile of the same kind
-    of machine and dtype) of the row's step (1000 / decode tok/s) / the profile's decode
+    of machine and dtype, under the engine settings `agentserve up` applies there: what the
+    capacity model plans for) of the row's step (1000 / decode tok/s) / the profile's decode
     step at batch 1; at least 1 (the GEMMs are part of the step), 1 without any pair."""
+    from agentserve.engine.cpu_settings import default_settings
+
     by_class = {p["machine"]["cpu_class"]: p for p in profiles}
     factor = 1.0
     for r in records:
-        profile = by_class.get((r.get("machine") or {}).get("cpu_class"))
+        cpu_class = (r.get("machine") or {}).get("cpu_class")
+        profile = by_class.get(cpu_class)
         if r.get("path") != "served" or r.get("server") != "agentserve" or profile is None:
+            continue
+        if r.get("settings", default_settings(cpu_class)) != default_settings(cpu_class):
             continue
         if r.get("method") != "none" or r.get("concurrency") != 1:
             continue

@@ -71,6 +71,8 @@ CPU_MEASUREMENTS: tuple[Measurement, ...] = (
 # the kind of CPU (engine/cpu_info.py cpu_class) CPU_MEASUREMENTS were taken on: there the
 # whole-engine fit wins over a model derived from GEMM step costs (calibrated_model.py)
 CPU_MEASUREMENTS_MACHINE = "amx"
+# the batch a speculative step's loaded factor is measured at (speculation_choice.LOADED_BATCH)
+LOADED_FACTOR_BATCH = 4
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,23 @@ class LatencyModel:
     alpha_1: float = 0.7
     alpha_drop_per_doubling: float = 0.05
     speculative_step_factor: float = 1.0
+    # the same at batch >= LOADED_FACTOR_BATCH (None: the same as at batch 1), in between
+    # by log2 of the batch: vLLM's fixed cost per speculative step weighs less in a batch
+    speculative_step_factor_loaded: float | None = None
 
     def step_ms(self, batch: int, drafted: int = 0) -> float:
         """One decode step of `batch` sequences each verifying 1 + `drafted` tokens."""
         tokens = batch * (1 + drafted)
         roofline = self.base_ms + self.per_token_ms * max(0.0, tokens - self.knee_tokens)
-        return roofline * (self.speculative_step_factor if drafted > 0 else 1.0)
+        return roofline * (self.step_factor(batch) if drafted > 0 else 1.0)
+
+    def step_factor(self, batch: int) -> float:
+        """What a speculative step of `batch` sequences costs beyond its roofline."""
+        first, loaded = self.speculative_step_factor, self.speculative_step_factor_loaded
+        if loaded is None:
+            return first
+        weight = min(1.0, math.log2(max(1, batch)) / math.log2(LOADED_FACTOR_BATCH))
+        return first + (loaded - first) * weight
 
     def prefill_ms(self, prompt_tokens: float) -> float:
         """Extra step time to prefill `prompt_tokens` (chunked into the running step)."""

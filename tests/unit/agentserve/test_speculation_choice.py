@@ -16,11 +16,14 @@ from agentserve.drafters import (
     DEFAULT_SPECULATION,
     DEFAULT_SPECULATION_TOKENS,
 )
+from agentserve.engine.cpu_settings import default_settings
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
 from agentserve.speculation_choice import (
+    LOADED_BATCH,
     MIN_GAIN,
     SERVED_FACTOR,
+    SERVED_FACTOR_LOADED,
     Choice,
     choose,
     drafter_fraction,
@@ -41,7 +44,21 @@ def _profiles() -> list[dict]:
 
 
 def _choose(profile: dict) -> Choice:
-    return choose(profile, MEASURED_ACCEPTANCE, FRACTIONS, SERVED_FACTOR)
+    return choose(
+        profile, MEASURED_ACCEPTANCE, FRACTIONS, SERVED_FACTOR,
+        served_factor_loaded=SERVED_FACTOR_LOADED,
+    )  # fmt: skip
+
+
+def _flat_profile(decode_ms: float, verify_ms: float) -> dict:
+    """A recorded profile with every decode step `decode_ms` and every verification step
+    `verify_ms`, at every batch size."""
+    flat = copy.deepcopy(_profiles()[0])
+    for costs in flat["dtypes"].values():
+        for by_tokens in costs["step_ms"].values():
+            for n in by_tokens:
+                by_tokens[n] = decode_ms if n == "1" else verify_ms
+    return flat
 
 
 def test_profiles_were_recorded_by_the_benchmark():
@@ -83,6 +100,7 @@ def test_where_served_figures_exist_the_calibrated_choice_agrees_with_them():
         choice = choose(
             profile, MEASURED_ACCEPTANCE, FRACTIONS, SERVED_FACTOR,
             ks=None if measured_k is None else {measured_k},
+            served_factor_loaded=SERVED_FACTOR_LOADED,
         )  # fmt: skip
         assert choice.method == DEFAULT_SPECULATION[(BUNDLED_MODEL, machine)], choice.reason
 
@@ -90,6 +108,20 @@ def test_where_served_figures_exist_the_calibrated_choice_agrees_with_them():
 def test_the_served_factor_is_the_one_the_figures_give():
     rows = json.loads((BENCH / "speculative.json").read_text())
     assert served_factors(_profiles(), rows, FRACTIONS) == SERVED_FACTOR
+    assert served_factors(_profiles(), rows, FRACTIONS, LOADED_BATCH) == SERVED_FACTOR_LOADED
+
+
+def test_the_loaded_check_uses_its_own_factor():
+    """vLLM's fixed cost per speculative step weighs less in a bigger batch: a factor
+    fitted at concurrency 1 alone made the loaded check refuse n-gram on a machine where
+    it served 1.4-2.0x plain at concurrency 4."""
+    profile = _flat_profile(decode_ms=10.0, verify_ms=15.0)  # verify k=4: 1.5x a decode
+    acceptance = {"ngram": (0.85, 0.07)}
+    strict = choose(profile, acceptance, served_factor={"ngram": 0.5}, ks={4})
+    assert strict.method is None and strict.predicted_speedup_loaded == 1.0
+    loaded = choose(profile, acceptance, served_factor={"ngram": 0.5}, ks={4},
+                    served_factor_loaded={"ngram": 0.8})  # fmt: skip
+    assert loaded.method == "ngram" and loaded.predicted_speedup_loaded > 1.0
 
 
 def test_the_choice_predicts_the_served_speedup_it_was_corrected_by():
@@ -106,6 +138,8 @@ def test_the_choice_predicts_the_served_speedup_it_was_corrected_by():
                 continue
             if r.get("server") != "agentserve" or r.get("concurrency") != 1 or not r.get("tau"):
                 continue
+            if r["settings"] != default_settings(profile["machine"]["cpu_class"]):
+                continue  # the factor is fitted to what `agentserve up` serves
             k, frac = int(r["num_speculative_tokens"]), FRACTIONS[method]
             predicted = predicted_speedup(profile, r["dtype"], 1, k, float(r["tau"]), frac)
             ratios.append(factor * predicted / r["speedup_vs_plain"])

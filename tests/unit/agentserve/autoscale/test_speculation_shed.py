@@ -25,7 +25,14 @@ from agentserve_bench.autoscale.trace import Call, Session, Trace, TraceConfig
 
 # n-gram's schedule (8 seqs, k 7) from the CPU step model and n-gram's acceptance measured
 # through the server (spec_schedule.MEASURED_ACCEPTANCE); follows the committed figures
-CPU_SCHEDULE = [[1, 1, 7], [2, 2, 4], [3, 3, 3], [4, 5, 2], [6, 8, 1]]
+CPU_SCHEDULE = [[1, 1, 7], [2, 2, 4], [3, 3, 3], [4, 6, 2], [7, 8, 1]]
+
+
+@pytest.fixture(autouse=True)
+def _whole_engine_fit(monkeypatch):
+    """These tests hold the whole-engine CPU fit's schedule, whatever kind of CPU runs
+    them (a kind with recorded step costs would plan with those: see the last test)."""
+    monkeypatch.setenv("AGENTSERVE_CALIBRATE", "0")
 
 
 def _spec(**drafter) -> DeploymentSpec:
@@ -182,3 +189,17 @@ def test_bench_fixed_speculation_runs_every_fleet_with_the_fixed_k():
     sc = Scenario(speculation="fixed", max_drafted=5)
     assert policy_spec_for(sc).schedule == ((1, 8, 5),)
     assert policy_spec_for(replace(sc, speculation="schedule")).schedule is None
+
+
+def test_on_a_calibrated_cpu_the_schedule_drafts_where_the_server_measured_gains(monkeypatch):
+    """AMD EPYC with AVX-512 bf16 (recorded step costs, calibrated_model): n-gram k=4
+    served 1.4-2.0x plain at concurrency 4 there, so the schedule drafts at batch 4. One
+    factor fitted at concurrency 1 for every batch turned speculation off from batch 4."""
+    monkeypatch.delenv("AGENTSERVE_CALIBRATE")
+    model = _spec().models[0]
+    latency = latency_model_for(model, "avx512_bf16")
+    assert latency.speculative_step_factor_loaded < latency.speculative_step_factor
+    schedule = schedule_for(model, latency)
+    assert drafted_for(schedule, 1) == 7 and drafted_for(schedule, 4) >= 2
+    flat = replace(latency, speculative_step_factor_loaded=None)
+    assert drafted_for(schedule_for(model, flat), 4) == 0
