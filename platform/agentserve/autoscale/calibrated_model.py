@@ -99,7 +99,9 @@ def _from_terms(
         knee_tokens=knee,
         per_token_ms=round(per_token * step_factor, 4),
         speculative_step_factor=round(speculative_step_factor(method, draft), 4),
-        speculative_step_factor_loaded=round(speculative_step_factor(method, draft, True), 4),
+        speculative_step_factor_loaded=(
+            round(speculative_step_factor(method, draft, True), 4) if method else None
+        ),
     )
 
 

@@ -28,7 +28,12 @@ def _autoscaling(spec):
     return deployment_options(spec.models[0], spec)["autoscaling_config"]
 
 
-def test_sla_policy_runs_our_policy_with_the_measured_model_on_the_bundled_cpu_model():
+def test_sla_policy_runs_our_policy_with_the_measured_model_on_the_bundled_cpu_model(
+    monkeypatch,
+):
+    # the whole-engine fit, whatever CPU runs this (a kind with recorded step costs plans
+    # with those: tests/unit/agentserve/autoscale/test_calibrated_model.py)
+    monkeypatch.setenv("AGENTSERVE_CALIBRATE", "0")
     spec = _spec(look_back_period_s=12)
     raw = _autoscaling(spec)
     config = AutoscalingConfig(**raw)
