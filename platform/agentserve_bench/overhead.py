@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform as host
 import shlex
 import tempfile
 import time
@@ -248,7 +246,7 @@ def run(
     report = {
         "command": command_line(args),
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{host.machine()}, {os.cpu_count()} CPUs",
+        "machine": _machine(),
         "gpu": _gpu_name(),
         "engine": model.engine,
         "model": model.name,
@@ -393,3 +391,9 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         help="where benchmarks.md lives (default: %(default)s)",
     )
     p.set_defaults(handler=run)
+
+
+def _machine() -> str:  # the CPU the figures hold for: model, cores, features, kind
+    from agentserve.engine.cpu_info import read_cpu_info
+
+    return f"{read_cpu_info().describe()}; class {read_cpu_info().cpu_class}"

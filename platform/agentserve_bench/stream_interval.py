@@ -78,6 +78,34 @@ def section(records: list[dict[str, Any]]) -> str:
         "paired within a round, with the rounds where the second was higher.\n\n"
         + "\n".join(lines)
         + "\n"
+        + _net_of_control(records)
+    )
+
+
+def _net_of_control(records: list[dict[str, Any]]) -> str:
+    """The cap acts only with two or more streams on a replica, so at c=1 the two models
+    serve alike but for what differs between their replicas (process, placement): the c=1
+    ratio is the control, and each higher concurrency's ratio over it is the cap's effect."""
+    out = []
+    for cpu_class in sorted({r["machine"]["cpu_class"] for r in records if "machine" in r}):
+        at = {r["concurrency"]: r for r in records
+              if r.get("kind") == "summary" and r["machine"]["cpu_class"] == cpu_class}  # fmt: skip
+        if 1 not in at:
+            continue
+        for c in sorted(x for x in at if x > 1):
+            net = {
+                key: at[c][f"{key}_ratio_median"] / at[1][f"{key}_ratio_median"]
+                for key in ("decode_tokens_per_s", "throughput_tokens_per_s")
+            }
+            out.append(
+                f"- `{cpu_class}` c={c}: decode {net['decode_tokens_per_s']:.3f}x, throughput "
+                f"{net['throughput_tokens_per_s']:.3f}x (c={c} ratio / c=1 ratio)"
+            )
+    if not out:
+        return ""
+    return (
+        "\nNet of the control (at c=1 the cap does not act, so the c=1 ratio is what differs "
+        "between the two models' replicas):\n\n" + "\n".join(out) + "\n"
     )
 
 

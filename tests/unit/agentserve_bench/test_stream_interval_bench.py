@@ -42,3 +42,15 @@ def test_summary_pairs_rounds_per_concurrency():
                      for s in (one, four)])  # fmt: skip
     assert "| amx | 4 | 100 / 400 | 3 | 12.0 / 12.0 | 1.1x (2) |" in table
     assert "`cmd`" in table
+
+
+def test_the_c1_ratio_is_the_control_the_others_are_read_against():
+    """The cap does not act on one stream: what c=1 shows between the two replicas is
+    their own difference, taken out of the higher concurrency's ratio."""
+    rows = [
+        _row(0, 100, 1, 30.0, 30.0, 90.0), _row(0, 400, 1, 33.0, 33.0, 90.0),  # replica bias
+        _row(0, 100, 4, 20.0, 60.0, 90.0), _row(0, 400, 4, 22.0, 72.0, 90.0),
+    ]  # fmt: skip
+    summaries = summarize(rows, (100.0, 400.0))
+    text = section([{**s, "machine": {"cpu_class": "amx"}} for s in summaries])
+    assert "- `amx` c=4: decode 1.000x, throughput 1.091x" in text
