@@ -23,6 +23,15 @@ async def _until(predicate, timeout_s: float = 3.0) -> bool:
     return predicate()
 
 
+async def _admitted(quota: SharedQuota, tenant, tries: int) -> list:
+    """The leases of `tries` admissions, refused ones left out."""
+    leases = []
+    for _ in range(tries):
+        with contextlib.suppress(RateLimitError):
+            leases.append(await quota.admit(tenant))
+    return leases
+
+
 def test_a_finish_lost_to_an_unreachable_keeper_is_retried_until_it_lands():
     handle = FakeKeeperHandle(QuotaKeeper(recover_s=0))
     quota, tenant = SharedQuota(handle, 2), _tenant(_spec(max_concurrent_requests=1))
@@ -65,21 +74,14 @@ def test_while_the_keeper_is_down_no_replica_exceeds_the_limit_by_more_than_one(
     a, b = SharedQuota(handle, 2, owner="a"), SharedQuota(handle, 2, owner="b")
     tenant = _tenant(_spec(max_concurrent_requests=3))
 
-    async def admitted(quota: SharedQuota, tries: int) -> list:
-        leases = []
-        for _ in range(tries):
-            with contextlib.suppress(RateLimitError):
-                leases.append(await quota.admit(tenant))
-        return leases
-
     async def run():
         held = [await a.admit(tenant), await a.admit(tenant), await b.admit(tenant)]
         assert await _until(lambda: b.elsewhere.get("alpha") == 2 and a.elsewhere.get("alpha") == 1)
         handle.down = True
-        more = await admitted(a, 3) + await admitted(b, 3)
+        more = await _admitted(a, tenant, 3) + await _admitted(b, tenant, 3)
         assert len(held) + len(more) <= 3 + 1, "at most one over the limit"
         held[0].finish(1)  # a's own count drops: it may admit again, alone
-        assert len(await admitted(a, 1)) == 1
+        assert len(await _admitted(a, tenant, 1)) == 1
 
     asyncio.run(run())
 
@@ -163,22 +165,15 @@ def test_an_ingress_that_admitted_alone_says_so_and_the_keeper_recovers_until_al
     a, b = SharedQuota(to_a, 2, owner="a"), SharedQuota(to_b, 2, owner="b")
     tenant = _tenant(_spec(max_concurrent_requests=3))
 
-    async def admitted(quota: SharedQuota, tries: int) -> list:
-        leases = []
-        for _ in range(tries):
-            with contextlib.suppress(RateLimitError):
-                leases.append(await quota.admit(tenant))
-        return leases
-
     async def run():
         to_a.down = to_b.down = True
         await asyncio.sleep(0.05)  # nothing known of the others any more
-        alone = await admitted(a, 3) + await admitted(b, 3)
+        alone = await _admitted(a, tenant, 3) + await _admitted(b, tenant, 3)
         assert len(alone) == 4 and a._went_alone and b._went_alone  # each its share: 2
         to_a.down = False  # a reaches the keeper again, b not yet
         a._wake.set()
         assert await _until(lambda: not a._went_alone), "a synced and said it went alone"
-        more = await admitted(a, 3)  # b's two are not in the book yet
+        more = await _admitted(a, tenant, 3)  # b's two are not in the book yet
         assert len(alone) + len(more) <= 3 + 1, "at most one over the limit"
         assert keeper.recovering() and keeper.recoveries == 1
         to_b.down = False
