@@ -119,18 +119,18 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
                 f"| {c.get('predicted_speedup', 1.0):.2f}x | {r.get('date', '')} |"
             )
     from agentserve.drafters import DEFAULT_SPECULATION
+    from agentserve.model_sources import BUNDLED_MODEL
     from agentserve.speculation_choice import SERVED_FACTOR, SERVED_FACTOR_LOADED
 
     def _factors(table: dict[str, float]) -> str:
         return ", ".join(f"{m} {f:.2f}" for m, f in sorted(table.items()))
 
-    agree = sorted(
-        r["machine"]["cpu_class"]
-        for r in rows
-        if not r.get("emulated")
-        and any(m == r["machine"]["cpu_class"] and DEFAULT_SPECULATION[(model, m)]
-                == (r.get("choice") or {}).get("method") for model, m in DEFAULT_SPECULATION)
-    )  # fmt: skip
+    def _agrees(r: dict[str, Any]) -> bool:  # the served default, where there is one
+        key = (BUNDLED_MODEL, r["machine"]["cpu_class"])
+        chosen = (r.get("choice") or {}).get("method")
+        return key in DEFAULT_SPECULATION and DEFAULT_SPECULATION[key] == chosen
+
+    agree = sorted(r["machine"]["cpu_class"] for r in rows if not r.get("emulated") and _agrees(r))
     lines += [
         "",
         "The rule (agentserve/speculation_choice.py): per dtype, method and k, predicted speedup",
