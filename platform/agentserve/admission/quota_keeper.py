@@ -3,7 +3,7 @@
 
 It leaves admission to the ingresses (answers "recovering") for RECOVER_S whenever its
 book may lack leases they admitted alone: after it (re)started, after a stall of its own
-loop longer than STALL_S (SIGSTOP, a long pause, a starved CPU: the ingresses' admissions
+loop of ADMIT_TIMEOUT_S or more (SIGSTOP, a long pause, a starved CPU: the ingresses' admissions
 may have timed out meanwhile), and when an ingress's sync says it admitted alone. Their
 syncs bring those leases into the book within RENEW_S, so it admits against all of them
 again afterwards.
@@ -26,10 +26,14 @@ from agentserve.admission.quota_book import (
 )
 from agentserve.api.auth import Tenant
 
-__all__ = ["RECOVER_S", "STALL_S", "TICK_S", "QuotaKeeper"]
+__all__ = ["ADMIT_TIMEOUT_S", "RECOVER_S", "STALL_S", "TICK_S", "QuotaKeeper"]
 
 RECOVER_S = RENEW_S + 0.5  # a (re)started keeper admits nothing until every ingress synced
-STALL_S = 0.6  # a keeper loop idle this long may have timed admissions out (ADMIT_TIMEOUT_S)
+ADMIT_TIMEOUT_S = 1.0  # an admission waits no longer on a stalled keeper, then goes alone
+# a gap this long between two runs of the keeper's loop may have timed an admission out;
+# a shorter one cannot have (the gap measured holds the stall), so it is no stall: a busy
+# machine's loop lag must not hand admission to the ingresses' shares for RECOVER_S
+STALL_S = ADMIT_TIMEOUT_S
 TICK_S = 0.2  # how often the keeper's loop notes that it runs
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ adopts the open leases every sync lists, so its book is whole again at the first
 and asks each ingress it never heard of for its window of the last minute (requests and
 charged tokens, from `mirror`) so requests_per_minute and tokens_per_minute survive it
 too (admission/quota_book.py). Leases of an ingress that died are finished by the book after its
-LEASE_TTL_S. A keeper that was stalled (its loop did not run for STALL_S: SIGSTOP, a long
+LEASE_TTL_S. A keeper that was stalled (its loop did not run for ADMIT_TIMEOUT_S: SIGSTOP, a long
 pause, a starved CPU) or that hears from an ingress that admitted alone since its last
 sync does what a restarted one does: it leaves admission to the ingresses for RECOVER_S,
 while their syncs bring the leases they admitted alone into its book (a keeper resuming
@@ -59,7 +59,7 @@ from agentserve.admission.quota_book import (
     refusal_error,
     share_of,
 )
-from agentserve.admission.quota_keeper import RECOVER_S, QuotaKeeper
+from agentserve.admission.quota_keeper import ADMIT_TIMEOUT_S, RECOVER_S, QuotaKeeper
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import RateLimitError
 
@@ -73,7 +73,6 @@ __all__ = [
 ]
 
 CALL_TIMEOUT_S = 2.0
-ADMIT_TIMEOUT_S = 1.0  # an admission waits no longer on a stalled keeper, then goes alone
 KEEPER_RETRY_S = 2.0  # at most the renewal period: a sync that succeeds ends it sooner
 FINISH_RETRY_S = 0.25  # a sync that failed is tried again after this
 log = logging.getLogger(__name__)
