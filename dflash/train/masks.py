@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["IGNORE", "block_inputs", "sample_anchors", "training_mask"]
+__all__ = ["IGNORE", "all_anchors", "block_inputs", "sample_anchors", "training_mask"]
 
 IGNORE = -100
 
@@ -27,6 +27,18 @@ def sample_anchors(
     else:
         picks = torch.randint(0, count, (num_blocks,), generator=generator)
     return (picks + low).sort().values
+
+
+def all_anchors(start: int, length: int) -> torch.Tensor:
+    """Every anchor whose block predicts a response token: [start - 1, length - 2]. [A]
+
+    What inference does: a block is drafted after every committed token of the response,
+    so training on each one (not a sample) uses all the data each sequence's features hold.
+    """
+    low, high = max(start - 1, 0), length - 2
+    if high < low:
+        raise ValueError(f"sequence of length {length} has no response to anchor (start {start})")
+    return torch.arange(low, high + 1)
 
 
 def block_inputs(

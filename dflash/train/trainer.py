@@ -20,9 +20,11 @@ import torch
 
 from dflash.model import DFlashDrafter
 from dflash.target import TargetModel
+from dflash.train.batches import length_groups, make_batch, rows_for_step
 from dflash.train.features import FeatureStore
+from dflash.train.heldout import teacher_forced_acceptance
 from dflash.train.loss import OUT_OF_VOCAB, block_loss, position_weights
-from dflash.train.masks import IGNORE, block_inputs, sample_anchors, training_mask
+from dflash.train.masks import IGNORE
 
 __all__ = ["TrainConfig", "init_from_target", "select_draft_vocab", "train", "warm_start_from"]
 
@@ -30,8 +32,11 @@ __all__ = ["TrainConfig", "init_from_target", "select_draft_vocab", "train", "wa
 @dataclass
 class TrainConfig:
     steps: int = 3000
-    batch_size: int = 4  # sequences per step
-    blocks_per_seq: int = 16  # anchors per sequence
+    batch_size: int = 4  # sequences per step (anchors "sampled")
+    blocks_per_seq: int = 16  # anchors per sequence (anchors "sampled")
+    anchors: str = "sampled"  # or "all": every response position, length-grouped batches
+    step_budget: int = 4096  # anchors "all": rows x most anchors x (1 + context / 256)
+    distill: float = 0.0  # weight of the top-k distillation term (needs top-k features)
     lr: float = 6e-4
     min_lr_ratio: float = 0.1
     warmup_steps: int = 100
@@ -79,45 +84,14 @@ def warm_start_from(drafter: DFlashDrafter, directory) -> bool:
     return True
 
 
-def _lr(cfg: TrainConfig, step: int) -> float:
+def _lr(cfg: TrainConfig, step: int, total: int | None = None) -> float:
+    """Warmup, then cosine to min_lr_ratio at `total` (default cfg.steps), flat after it."""
+    total = cfg.steps if total is None else total
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(cfg.steps - cfg.warmup_steps, 1)
+    progress = (step - cfg.warmup_steps) / max(total - cfg.warmup_steps, 1)
     cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
-
-
-def _batch(
-    store: FeatureStore,
-    rows: list[int],
-    drafter: DFlashDrafter,
-    embed: torch.Tensor,
-    cfg: TrainConfig,
-    g: torch.Generator,
-):
-    """Padded tensors for one step: features, positions, block embeds, mask, labels."""
-    dc = drafter.config
-    size = dc.block_size
-    ctx_len = max(len(store.tokens[r]) for r in rows)
-    feats, ctx_pos, embeds, pos, masks, labels = [], [], [], [], [], []
-    for r in rows:
-        tokens, length = store.tokens[r], len(store.tokens[r])
-        anchors = sample_anchors(store.starts[r], length, cfg.blocks_per_seq, g)
-        inputs, positions, lab = block_inputs(tokens, anchors, size, dc.mask_token_id)
-        feats.append(torch.nn.functional.pad(store.features[r], (0, 0, 0, ctx_len - length)))
-        ctx_pos.append(torch.arange(ctx_len))
-        embeds.append(embed[inputs.reshape(-1)])
-        pos.append(positions.reshape(-1))
-        masks.append(training_mask(anchors, ctx_len, size))
-        labels.append(lab)
-    return (
-        torch.stack(feats),
-        torch.stack(ctx_pos),
-        torch.stack(embeds),
-        torch.stack(pos),
-        torch.stack(masks)[:, None],
-        torch.stack(labels),
-    )
 
 
 def _label_map(drafter: DFlashDrafter):
@@ -154,6 +128,29 @@ def _save(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
+def _soft_rows(to_row, batch, size: int):
+    """The batch's top-k soft labels as rows of the head being trained, or None."""
+    if batch.soft_ids is None:
+        return None
+    k = batch.soft_ids.shape[-1]
+    return to_row(batch.soft_ids.reshape(-1, size, k)), batch.soft_logp.reshape(-1, size, k)
+
+
+def _step_rows(cfg: TrainConfig, store: FeatureStore, groups, step: int, rng: random.Random):
+    if cfg.anchors == "all":
+        return rows_for_step(groups, step, cfg.seed)
+    return rng.sample(range(len(store)), cfg.batch_size)
+
+
+def _groups(cfg: TrainConfig, store: FeatureStore):
+    if cfg.anchors not in ("sampled", "all"):
+        raise ValueError(f"anchors must be 'sampled' or 'all', not {cfg.anchors!r}")
+    if cfg.anchors == "sampled":
+        return None
+    counts = [len(t) - max(s - 1, 0) - 1 for t, s in zip(store.tokens, store.starts, strict=True)]
+    return length_groups(counts, [len(t) for t in store.tokens], cfg.step_budget)
+
+
 def train(
     drafter: DFlashDrafter,
     target: TargetModel,
@@ -161,50 +158,81 @@ def train(
     cfg: TrainConfig,
     out_dir: str | Path,
     progress: bool = True,
+    heldout: FeatureStore | None = None,
 ) -> DFlashDrafter:
-    """Train (resuming from out_dir/checkpoint.pt if present); logs to out_dir/train_log.jsonl."""
+    """Train (resuming from out_dir/checkpoint.pt if present); logs to out_dir/train_log.jsonl.
+
+    The learning-rate curve ends at the step total of the run's first start (kept in the
+    checkpoint): a resumed run with a larger --steps goes on at the final learning rate
+    instead of restarting the curve. With `heldout`, every checkpoint logs the greedy
+    acceptance on it (heldout.teacher_forced_acceptance) as {"heldout": ...}.
+    """
     from tqdm.auto import tqdm
 
+    if cfg.distill > 0 and not store.has_topk:
+        raise ValueError("distillation needs features extracted with top-k log-probabilities")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path, log_path = out_dir / "checkpoint.pt", out_dir / "train_log.jsonl"
     embed = target.embed_tokens.weight.detach().float()
+    head = drafter.lm_head.weight if drafter.own_head else target.lm_head.weight.detach()
     to_row = _label_map(drafter)
-    weights = position_weights(drafter.config.block_size, cfg.gamma)
+    size = drafter.config.block_size
+    weights = position_weights(size, cfg.gamma)
     drafter.float().train()
     opt = torch.optim.AdamW(
         drafter.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95)
     )
-    step, g, order = 0, torch.Generator().manual_seed(cfg.seed), list(range(len(store)))
+    step, g, total = 0, torch.Generator().manual_seed(cfg.seed), cfg.steps
     if ckpt_path.exists():
         state = torch.load(ckpt_path, weights_only=False)
         drafter.load_state_dict(state["drafter"])
         opt.load_state_dict(state["optimizer"])
         step = state["step"]
         g.set_state(state["generator"])
-    (out_dir / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+        total = state.get("schedule_steps", total)
+    (out_dir / "train_config.json").write_text(
+        json.dumps({**asdict(cfg), "schedule_steps": total}, indent=2)
+    )
+    groups = _groups(cfg, store)
     rng = random.Random(cfg.seed + step)
     bar = tqdm(
         total=cfg.steps, initial=step, desc="train drafter", unit="step", disable=not progress
     )
     window: list[float] = []
-    correct = torch.zeros(drafter.config.block_size)
-    valid = torch.zeros(drafter.config.block_size)
+    correct, valid = torch.zeros(size), torch.zeros(size)
     started = time.perf_counter()
+
+    def log(record: dict) -> None:
+        with log_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
     while step < cfg.steps:
-        rows = rng.sample(order, cfg.batch_size)
-        feats, ctx_pos, embeds, pos, mask, labels = _batch(store, rows, drafter, embed, cfg, g)
+        rows = _step_rows(cfg, store, groups, step, rng)
+        batch = make_batch(
+            store,
+            rows,
+            size,
+            drafter.config.mask_token_id,
+            embed,
+            blocks_per_seq=None if cfg.anchors == "all" else cfg.blocks_per_seq,
+            generator=g,
+            soft=cfg.distill > 0,
+        )
         for group in opt.param_groups:
-            group["lr"] = _lr(cfg, step)
+            group["lr"] = _lr(cfg, step, total)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast_bf16):
-            ctx = drafter.context_kv(drafter.project_context(feats), ctx_pos)
-            hidden = drafter(embeds, pos, ctx, mask)  # [B, A*S, H]
-            size = drafter.config.block_size
+            ctx = drafter.context_kv(
+                drafter.project_context(batch.features), batch.context_positions
+            )
+            hidden = drafter(batch.embeds, batch.positions, ctx, batch.mask)  # [B, A*S, H]
             loss, c, v = block_loss(
                 hidden.reshape(-1, size, hidden.shape[-1]),
-                drafter.lm_head.weight if drafter.own_head else target.lm_head.weight.detach(),
-                to_row(labels.reshape(-1, size)),
+                head,
+                to_row(batch.labels.reshape(-1, size)),
                 weights,
+                soft=_soft_rows(to_row, batch, size),
+                distill=cfg.distill,
             )
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -220,12 +248,11 @@ def train(
             record = {
                 "step": step,
                 "loss": sum(window) / len(window),
-                "lr": _lr(cfg, step - 1),
+                "lr": _lr(cfg, step - 1, total),
                 "acc_per_position": [round(a, 4) for a in acc[1:]],
                 "elapsed_s": round(time.perf_counter() - started, 1),
             }
-            with log_path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+            log(record)
             bar.set_postfix(loss=f"{record['loss']:.3f}", acc1=f"{acc[1]:.2f}")
             window.clear()
             correct.zero_()
@@ -238,7 +265,12 @@ def train(
                     "optimizer": opt.state_dict(),
                     "step": step,
                     "generator": g.get_state(),
+                    "schedule_steps": total,
                 },
             )
+            if heldout is not None:
+                held = teacher_forced_acceptance(drafter, heldout, embed, head.detach())
+                log({"step": step, "heldout": held})
+                bar.write(f"step {step}: held-out p1 {held['p1']:.3f}, tau {held['tau']:.2f}")
     bar.close()
     return drafter.eval()

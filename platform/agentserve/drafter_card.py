@@ -10,7 +10,14 @@ from typing import Any
 from dflash.train.prompts import chat_prompt_ids, heldout_prompts
 from dflash.train.responses import load_responses
 
-__all__ = ["card_for_run", "card_line", "evaluate_tau", "plot_curve", "write_card"]
+__all__ = [
+    "card_for_run",
+    "card_line",
+    "eval_prompt_ids",
+    "evaluate_tau",
+    "plot_curve",
+    "write_card",
+]
 
 
 def evaluate_tau(
@@ -46,13 +53,19 @@ def evaluate_tau(
     }
 
 
+def read_log(log_path: Path) -> tuple[list[dict], list[dict]]:
+    """train_log.jsonl -> (training records, held-out acceptance records)."""
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if "loss" in r], [r for r in rows if "heldout" in r]
+
+
 def plot_curve(log_path: Path, out_png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    rows, held = read_log(log_path)
     steps = [r["step"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
     ax1.plot(steps, [r["loss"] for r in rows])
@@ -60,6 +73,13 @@ def plot_curve(log_path: Path, out_png: Path) -> None:
     for k in (0, 3, 7, 14):
         if k < len(rows[0]["acc_per_position"]):
             ax2.plot(steps, [r["acc_per_position"][k] for r in rows], label=f"position {k + 1}")
+    if held:
+        ax2.plot(
+            [r["step"] for r in held],
+            [r["heldout"]["p1"] for r in held],
+            "k--o",
+            label="position 1, held-out",
+        )
     ax2.set(xlabel="step", ylabel="accuracy", title="per-position accuracy (train)")
     ax2.legend()
     fig.tight_layout()
@@ -82,7 +102,14 @@ def write_card(
     """README.md + loss_curve.png (+ eval.json) beside the weights."""
     plot_curve(log_path, out_dir / "loss_curve.png")
     (out_dir / "eval.json").write_text(json.dumps(evals, indent=2) + "\n")
-    last = json.loads(log_path.read_text().splitlines()[-1])
+    trained, held = read_log(log_path)
+    last = trained[-1]
+    heldout = (
+        f"Held-out greedy acceptance at the last checkpoint (every anchor of the target's "
+        f"greedy responses to the held-out prompts, teacher-forced): {held[-1]['heldout']}."
+        if held
+        else ""
+    )
     rows = "\n".join(
         f"| {e['num_draft_tokens']} | {e['tau']} | {e['per_position_acceptance'][:8]} |"
         for e in evals
@@ -131,6 +158,7 @@ Hyperparameters: {json.dumps(train_config)}
 
 Trained {step} steps; final weighted CE {last["loss"]:.3f}; train accuracy at block
 positions 1 / 4 / last: {acc[0]} / {acc[min(3, len(acc) - 1)]} / {acc[-1]}.
+{heldout}
 
 ![loss curve](loss_curve.png)
 
@@ -154,6 +182,16 @@ def _lineage(work: Path) -> str:
     return f"Warm start: {path.read_text().strip()}." if path.exists() else ""
 
 
+def eval_prompt_ids(tokenizer, count: int) -> list[list[int]]:
+    """Token ids of `count` held-out prompts: half HumanEval, half held-out math."""
+    held = heldout_prompts()
+    half = count // 2
+    picked = [p for p in held if p.source == "humaneval"][: count - half] + [
+        p for p in held if p.source == "math-heldout"
+    ][:half]
+    return [chat_prompt_ids(tokenizer, p.text) for p in picked]
+
+
 def card_for_run(
     out: Path,
     work: Path,
@@ -164,22 +202,19 @@ def card_for_run(
     *,
     eval_prompts: int = 32,
     stages: tuple[str, ...] = ("data", "features", "train", "export"),
+    features: Path | None = None,
 ) -> None:
     """Evaluate tau on held-out prompts and write README.md, loss_curve.png, eval.json."""
     from dflash.train.features import FeatureStore  # lazy: torch
 
-    held = heldout_prompts()
-    half = eval_prompts // 2
-    picked = [p for p in held if p.source == "humaneval"][: eval_prompts - half] + [
-        p for p in held if p.source == "math-heldout"
-    ][:half]
-    prompts = [chat_prompt_ids(tokenizer, p.text) for p in picked]
+    prompts = eval_prompt_ids(tokenizer, eval_prompts)
+    most = drafter.config.block_size - 1
     evals = [
         evaluate_tau(target, drafter, prompts, tokenizer.eos_token_id, k)
-        for k in sorted({7, drafter.config.num_draft_tokens})
+        for k in sorted({min(7, most), drafter.config.num_draft_tokens})
     ]
     records = load_responses(work / "responses.jsonl")
-    store = FeatureStore(work / "features")
+    store = FeatureStore(features or work / "features")
     data = {
         "responses": len(records),
         "trained_on_sequences": len(store),

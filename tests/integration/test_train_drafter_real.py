@@ -49,21 +49,25 @@ def test_features_train_export_make_a_loadable_reduced_vocab_drafter(tmp_path):
             f.write(json.dumps(record) + "\n")
     common = ["train-drafter", "--work-dir", str(work), "--draft-vocab", "256"]
     assert main([*common, "--stage", "features"]) == 0
-    assert len(list((work / "features").glob("features-*.safetensors"))) == 1
-    train = ["--steps", "4", "--batch-size", "2", "--blocks-per-seq", "4", "--init-from", "28,29"]
-    assert main([*common, "--stage", "train", *train]) == 0
-    log = (work / "train" / "train_log.jsonl").read_text().splitlines()
-    assert json.loads(log[-1])["step"] == 4
+    assert len(list((work / "features-top8").glob("features-*.safetensors"))) == 1
+    # the defaults: every anchor, length-grouped batches, top-8 distillation, and held-out
+    # acceptance (greedy responses to 2 held-out prompts) logged at the last checkpoint
+    train = ["--steps", "4", "--step-budget", "256", "--init-from", "28,29"]
+    assert main([*common, "--stage", "train", *train, "--heldout-prompts", "2"]) == 0
+    log = [json.loads(x) for x in (work / "train" / "train_log.jsonl").read_text().splitlines()]
+    assert log[-2]["step"] == 4 and "loss" in log[-2]
+    held = log[-1]["heldout"]
+    assert log[-1]["step"] == 4 and held["anchors"] > 50 and len(held["position_acceptance"]) == 3
     assert main([*common, "--stage", "export", "--out", str(out), "--eval-prompts", "2"]) == 0
 
     config = json.loads((out / "config.json").read_text())
-    assert config["draft_vocab_size"] == 256 and config["block_size"] == 8
+    assert config["draft_vocab_size"] == 256 and config["block_size"] == 4
     drafter = load_drafter(out)
     ids = set(drafter.draft_token_ids().tolist())
     assert tokenizer.eos_token_id in ids  # always in the draft vocabulary
     assert set(tokenizer.encode("def add(a, b):")) <= ids  # frequent response tokens are
     card = (out / "README.md").read_text()
     assert "Warm start: target layers 28,29." in card and "Trained 4 steps" in card
-    assert json.loads((out / "eval.json").read_text())[0]["num_draft_tokens"] == 7
+    assert [e["num_draft_tokens"] for e in json.loads((out / "eval.json").read_text())] == [3]
     model = AutoModel.from_pretrained(out, trust_remote_code=True, dtype=torch.float32)
     assert torch.equal(model.d2t, drafter.d2t)

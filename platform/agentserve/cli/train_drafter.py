@@ -11,29 +11,19 @@ Every stage skips work already on disk, so rerunning the command continues a sto
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from pathlib import Path
 
-import dflash.train as dflash_train
-from agentserve.drafter_card import card_for_run, card_line
+from agentserve.cli.train_drafter_data import (
+    DATA_MAX_MODEL_LEN,
+    restore_responses,
+    stage_data,
+)
+from agentserve.drafter_card import card_for_run, card_line, eval_prompt_ids
 from agentserve.drafters import BUNDLED_DRAFTER_DIR, mask_token_id_for, shipped_drafter
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from dflash.config import DFlashConfig
-from dflash.train.code_prompts import (
-    TRAINING_PACKAGES,
-    StdlibIndex,
-    agent_prompts,
-    code_prompts,
-    collect_snippets,
-)
-from dflash.train.prompts import TOPICS, Prompt, check_disjoint, heldout_prompts, training_prompts
-from dflash.train.responses import (
-    generate_responses,
-    load_responses,
-    self_written_prompts,
-    start_engine,
-)
+from dflash.train.responses import load_responses
 
 __all__ = ["add_parser", "run"]
 
@@ -116,9 +106,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     model.add_argument(
         "--block-size",
         type=int,
-        default=8,
+        default=4,
         help="block size: the anchor + block_size - 1 drafted tokens, which is what serving "
-        "proposes (num_speculative_tokens) (default: %(default)s)",
+        "proposes (num_speculative_tokens); a CPU verifies 3 drafts at about the cost of one "
+        "decode step, more cost more (default: %(default)s)",
     )
     model.add_argument(
         "--draft-vocab",
@@ -135,13 +126,69 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "else target layers 28,29), a drafter directory, comma-separated target layers, or '' "
         "(random) (default: %(default)s)",
     )
+    p.add_argument(
+        "--topk",
+        type=int,
+        default=8,
+        help="features: also keep the target's top-k next-token log-probabilities per "
+        "position, the soft labels of --distill; 0 = none (default: %(default)s)",
+    )
     train = p.add_argument_group("training")
-    train.add_argument("--steps", type=int, default=3000, help="(default: %(default)s)")
     train.add_argument(
-        "--batch-size", type=int, default=4, help="sequences per step (default: %(default)s)"
+        "--steps",
+        type=int,
+        default=3000,
+        help="step total; the learning-rate curve ends there, and a resumed run keeps the "
+        "total of its first start (a larger value goes on at the final rate) "
+        "(default: %(default)s)",
     )
     train.add_argument(
-        "--blocks-per-seq", type=int, default=16, help="anchors per sequence (default: %(default)s)"
+        "--anchors",
+        choices=("all", "sampled"),
+        default="all",
+        help="all: every response position anchors a block, as at inference, sequences of "
+        "similar length batched together; sampled: --blocks-per-seq random anchors in "
+        "--batch-size random sequences (default: %(default)s)",
+    )
+    train.add_argument(
+        "--step-budget",
+        type=int,
+        default=4096,
+        help="--anchors all: size of a step, sequences x most anchors x (1 + longest "
+        "context / 256) (default: %(default)s)",
+    )
+    train.add_argument(
+        "--batch-size",
+        type=int,
+        default=4,
+        help="--anchors sampled: sequences per step (default: %(default)s)",
+    )
+    train.add_argument(
+        "--blocks-per-seq",
+        type=int,
+        default=16,
+        help="--anchors sampled: anchors per sequence (default: %(default)s)",
+    )
+    train.add_argument(
+        "--distill",
+        type=float,
+        default=0.5,
+        help="weight of distillation on the target's top-k distribution (needs --topk > 0) "
+        "against the greedy label's cross-entropy (default: %(default)s)",
+    )
+    train.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=200,
+        help="steps between checkpoints, each logging the held-out acceptance "
+        "(default: %(default)s)",
+    )
+    train.add_argument(
+        "--heldout-prompts",
+        type=int,
+        default=32,
+        help="held-out prompts (half HumanEval, half math) whose greedy responses give the "
+        "acceptance logged at every checkpoint; 0 = none (default: %(default)s)",
     )
     train.add_argument(
         "--lr", type=float, default=6e-4, help="peak learning rate (default: %(default)s)"
@@ -171,91 +218,6 @@ def _record_command(work: Path, stages: tuple[str, ...]) -> None:
     command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     for stage in stages:
         (work / f"{stage}.command").write_text(command + "\n")
-
-
-def _stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
-    responses = work / "responses.jsonl"
-    prompts = training_prompts(args.num_prompts, seed=args.seed)
-    prompts += _context_prompts(args, work / "context_prompts.jsonl")
-    self_path = work / "self_prompts.jsonl"
-    total = len(prompts) + args.self_written
-    if len(load_responses(responses)) >= total:
-        print(f"data: {responses} complete")
-        return
-    llm = start_engine(
-        str(model_dir), max_model_len=DATA_MAX_MODEL_LEN, max_num_seqs=64, seed=args.seed
-    )
-    if args.self_written and not self_path.exists():
-        own = self_written_prompts(llm, TOPICS, args.self_written, seed=args.seed)
-        _save_prompts(own, self_path)
-    prompts += _load_prompts(self_path)
-    check_disjoint(prompts, heldout_prompts())
-    generate_responses(
-        llm,
-        _interleaved(prompts),
-        responses,
-        max_tokens=args.max_tokens,
-        sampled_fraction=args.sampled_fraction,
-        seed=args.seed,
-        max_prompt_tokens=DATA_MAX_MODEL_LEN - args.max_tokens,
-    )
-
-
-RESPONSES_ARCHIVE = (
-    Path(dflash_train.__file__).parent / "data" / f"{BUNDLED_MODEL}-responses.jsonl.gz"
-)
-"""The bundled model's generated training responses as committed (hours of CPU work): a
-fresh work dir starts from them and the data stage continues where they end."""
-
-
-def _restore_responses(args: argparse.Namespace, work: Path) -> None:
-    import gzip
-    import shutil
-
-    target = work / "responses.jsonl"
-    if target.exists() or args.model != BUNDLED_MODEL or not RESPONSES_ARCHIVE.exists():
-        return
-    with gzip.open(RESPONSES_ARCHIVE, "rb") as src, target.open("wb") as dst:
-        shutil.copyfileobj(src, dst)
-    print(f"data: restored {target} from {RESPONSES_ARCHIVE.name}")
-
-
-def _interleaved(prompts: list) -> list:
-    """Round-robin over prompt kinds (seeded, code tasks, agent prompts, ...), so a data
-    job stopped early still holds every kind; the order within a kind is kept."""
-    from itertools import zip_longest
-
-    kinds: dict[str, list] = {}
-    for p in prompts:
-        kinds.setdefault(p.source.split("-")[0], []).append(p)
-    return [p for group in zip_longest(*kinds.values()) for p in group if p is not None]
-
-
-DATA_MAX_MODEL_LEN = 1536
-"""Context of the data engine; longer prompts (prompt + max_tokens past it) are skipped."""
-
-
-def _save_prompts(prompts: list, path: Path) -> None:
-    path.write_text("".join(json.dumps(p.__dict__) + "\n" for p in prompts))
-
-
-def _load_prompts(path: Path) -> list:
-    if not path.exists():
-        return []
-    return [Prompt(**json.loads(line)) for line in path.read_text().splitlines()]
-
-
-def _context_prompts(args: argparse.Namespace, path: Path) -> list:
-    """Code-context and agent prompts, built once and kept in the work dir (they depend on
-    the installed packages, so a resumed job must reuse the same list)."""
-    if not path.exists() and (args.code_prompts or args.agent_prompts):
-        print("data: indexing the standard library (excluded) and third-party code", flush=True)
-        snippets = collect_snippets(TRAINING_PACKAGES, StdlibIndex(), seed=args.seed)
-        built = code_prompts(snippets, args.code_prompts, seed=args.seed)
-        built += agent_prompts(snippets, args.agent_prompts, seed=args.seed)
-        _save_prompts(built, path)
-        print(f"data: {len(built)} prompts from {len(snippets)} functions -> {path}", flush=True)
-    return _load_prompts(path)
 
 
 def _drafter_config(args: argparse.Namespace, target, tokenizer):
@@ -309,6 +271,27 @@ def _set_draft_vocab(drafter, target, tokenizer, records: list[dict]) -> None:
     print(f"draft vocabulary: {len(ids)} tokens cover {covered:.1%} of response tokens")
 
 
+def _features_dir(args: argparse.Namespace, work: Path) -> Path:
+    """Features with top-k log-probabilities live apart from plain ones (no shard mix)."""
+    return work / (f"features-top{args.topk}" if args.topk else "features")
+
+
+def _heldout_store(args: argparse.Namespace, work: Path, target, tokenizer, layer_ids):
+    """The target's greedy responses to the held-out prompts, with features (built once)."""
+    from dflash.train.features import FeatureStore, extract_features  # lazy: torch
+    from dflash.train.heldout import greedy_records
+
+    if not args.heldout_prompts:
+        return None
+    directory = work / f"heldout-{args.heldout_prompts}"
+    if not list(directory.glob("features-*.safetensors")):
+        print(f"held-out set: greedy responses to {args.heldout_prompts} held-out prompts")
+        prompts = eval_prompt_ids(tokenizer, args.heldout_prompts)
+        records = greedy_records(target, prompts, tokenizer.eos_token_id)
+        extract_features(target, records, layer_ids, directory, topk=args.topk, progress=False)
+    return FeatureStore(directory)
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoTokenizer
@@ -318,9 +301,9 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     stages = STAGES if args.stage == "all" else (args.stage,)
     _record_command(work, stages)
-    _restore_responses(args, work)
+    restore_responses(args, work)
     if "data" in stages:
-        _stage_data(args, model_dir, work)
+        stage_data(args, model_dir, work)
     if not set(stages) & {"features", "train", "export"}:
         return 0
 
@@ -338,6 +321,7 @@ def run(args: argparse.Namespace) -> int:
     # a seeded shuffle: any prefix of the feature shards is a representative mix of sources,
     # so training can start on the shards done so far while extraction continues later
     random.Random(args.seed).shuffle(records)
+    features = _features_dir(args, work)
     if "features" in stages:
         if not records:
             raise FileNotFoundError(f"no responses in {work}: run --stage data first")
@@ -345,9 +329,10 @@ def run(args: argparse.Namespace) -> int:
             target,
             records,
             cfg.target_layer_ids,
-            work / "features",
+            features,
             max_len=DATA_MAX_MODEL_LEN,
             shard_size=64,  # ~1-2 min of work each: a stopped job loses little
+            topk=args.topk,
         )
     drafter = DFlashDrafter(cfg)
     if "train" in stages:
@@ -358,11 +343,16 @@ def run(args: argparse.Namespace) -> int:
             steps=args.steps,
             batch_size=args.batch_size,
             blocks_per_seq=args.blocks_per_seq,
+            anchors=args.anchors,
+            step_budget=args.step_budget,
+            distill=args.distill if args.topk else 0.0,
             lr=args.lr,
             gamma=args.gamma,
             seed=args.seed,
+            checkpoint_every=args.checkpoint_every,
         )
-        train(drafter, target, FeatureStore(work / "features"), tc, work / "train")
+        heldout = _heldout_store(args, work, target, tokenizer, cfg.target_layer_ids)
+        train(drafter, target, FeatureStore(features), tc, work / "train", heldout=heldout)
     if "export" in stages:
         state = torch.load(work / "train" / "checkpoint.pt", weights_only=False)
         drafter.load_state_dict(state["drafter"])
@@ -378,6 +368,7 @@ def run(args: argparse.Namespace) -> int:
             state["step"],
             eval_prompts=args.eval_prompts,
             stages=STAGES,
+            features=features,
         )
         print(f"exported drafter (step {state['step']}) to {out}")
     return 0

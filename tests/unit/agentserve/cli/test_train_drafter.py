@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentserve.cli.train_drafter import _interleaved
+from agentserve.cli.train_drafter_data import _interleaved
 
 from dflash.train.prompts import Prompt
 
@@ -21,15 +21,15 @@ def test_a_fresh_work_dir_starts_from_the_committed_responses(tmp_path, capsys):
     import gzip
     import json
 
-    from agentserve.cli.train_drafter import RESPONSES_ARCHIVE, _restore_responses
+    from agentserve.cli.train_drafter_data import RESPONSES_ARCHIVE, restore_responses
 
     args = argparse.Namespace(model="smollm2-135m-instruct")
-    _restore_responses(args, tmp_path)
+    restore_responses(args, tmp_path)
     restored = (tmp_path / "responses.jsonl").read_text().splitlines()
     with gzip.open(RESPONSES_ARCHIVE, "rt") as f:
         assert restored == f.read().splitlines()
     assert len(restored) > 1000 and all(json.loads(line)["prompt_ids"] for line in restored[:5])
     assert "restored" in capsys.readouterr().out
     (tmp_path / "responses.jsonl").write_text("")  # never overwrites an existing file
-    _restore_responses(args, tmp_path)
+    restore_responses(args, tmp_path)
     assert (tmp_path / "responses.jsonl").read_text() == ""
