@@ -52,13 +52,14 @@ def accepted_per_anchor(
     anchors = anchors[anchors <= length - 1 - num_draft]
     if len(anchors) == 0:
         return anchors, anchors
-    inputs, positions, labels = block_inputs(tokens, anchors, cfg.block_size, cfg.mask_token_id)
+    block = num_draft + 1  # what inference runs: the anchor and num_draft mask slots
+    inputs, positions, labels = block_inputs(tokens, anchors, block, cfg.mask_token_id)
     ctx = drafter.context_kv(drafter.project_context(features[None]), torch.arange(length)[None])
-    mask = training_mask(anchors, length, cfg.block_size)[None, None]
+    mask = training_mask(anchors, length, block)[None, None]
     hidden = drafter(embed[inputs.reshape(1, -1)], positions.reshape(1, -1), ctx, mask)
-    hidden = hidden.view(len(anchors), cfg.block_size, -1)[:, 1 : num_draft + 1]
+    hidden = hidden.view(len(anchors), block, -1)[:, 1:]
     drafts = _predicted_ids(drafter, hidden.float(), target_head)
-    hit = (drafts == labels[:, 1 : num_draft + 1]).long()
+    hit = (drafts == labels[:, 1:]).long()
     return anchors, hit.cumprod(dim=1).sum(dim=1)  # leading matches
 
 

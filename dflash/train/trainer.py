@@ -37,6 +37,9 @@ class TrainConfig:
     anchors: str = "sampled"  # or "all": every response position, length-grouped batches
     step_budget: int = 4096  # anchors "all": rows x most anchors x (1 + context / 256)
     distill: float = 0.0  # weight of the top-k distillation term (needs top-k features)
+    # blocks trained, in turn, step by step (default: the drafter's block size only): a
+    # drafter served at several k sees k + 1 query slots, so it trains on each of them
+    block_sizes: tuple[int, ...] | None = None
     lr: float = 6e-4
     min_lr_ratio: float = 0.1
     warmup_steps: int = 100
@@ -69,8 +72,9 @@ def init_from_target(drafter: DFlashDrafter, target: TargetModel, layers: list[i
 
 def warm_start_from(drafter: DFlashDrafter, directory) -> bool:
     """Copy a saved drafter's weights (layers, fc, norms) into `drafter`; its own reduced
-    head (if any) keeps its initialisation. False, and nothing copied, when the shapes of
-    the shared weights differ (other layer count, feature layers or sizes)."""
+    head too when both heads cover the same draft vocabulary (else the head keeps its
+    initialisation). False, and nothing copied, when the shapes of the shared weights
+    differ (other layer count, feature layers or sizes)."""
     from dflash.export import load_drafter
 
     source = load_drafter(directory).state_dict()
@@ -80,6 +84,9 @@ def warm_start_from(drafter: DFlashDrafter, directory) -> bool:
         return False
     if any(k not in shared for k in mine if k not in ("lm_head.weight", "d2t")):
         return False
+    same_vocab = "d2t" in source and "d2t" in mine and torch.equal(source["d2t"], mine["d2t"])
+    if same_vocab and source["lm_head.weight"].shape == mine["lm_head.weight"].shape:
+        shared["lm_head.weight"] = source["lm_head.weight"]
     drafter.load_state_dict(shared, strict=False)
     return True
 
@@ -175,11 +182,14 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path, log_path = out_dir / "checkpoint.pt", out_dir / "train_log.jsonl"
     embed = target.embed_tokens.weight.detach().float()
-    head = drafter.lm_head.weight if drafter.own_head else target.lm_head.weight.detach()
     to_row = _label_map(drafter)
-    size = drafter.config.block_size
-    weights = position_weights(size, cfg.gamma)
+    most = drafter.config.block_size
+    sizes = tuple(cfg.block_sizes or (most,))
+    if any(not 2 <= b <= most for b in sizes):
+        raise ValueError(f"block sizes {sizes} must be within 2..{most} (the drafter's block)")
     drafter.float().train()
+    head = drafter.lm_head.weight if drafter.own_head else target.lm_head.weight.detach()
+    frozen_head = head.detach()  # shares the trained head's storage: evaluation sees updates
     opt = torch.optim.AdamW(
         drafter.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95)
     )
@@ -200,7 +210,7 @@ def train(
         total=cfg.steps, initial=step, desc="train drafter", unit="step", disable=not progress
     )
     window: list[float] = []
-    correct, valid = torch.zeros(size), torch.zeros(size)
+    correct, valid = torch.zeros(most), torch.zeros(most)
     started = time.perf_counter()
 
     def log(record: dict) -> None:
@@ -209,6 +219,7 @@ def train(
 
     while step < cfg.steps:
         rows = _step_rows(cfg, store, groups, step, rng)
+        size = sizes[step % len(sizes)]
         batch = make_batch(
             store,
             rows,
@@ -230,7 +241,7 @@ def train(
                 hidden.reshape(-1, size, hidden.shape[-1]),
                 head,
                 to_row(batch.labels.reshape(-1, size)),
-                weights,
+                position_weights(size, cfg.gamma),
                 soft=_soft_rows(to_row, batch, size),
                 distill=cfg.distill,
             )
@@ -240,8 +251,8 @@ def train(
         opt.step()
         step += 1
         window.append(loss.item())
-        correct += c.cpu()
-        valid += v.cpu()
+        correct[:size] += c.cpu()
+        valid[:size] += v.cpu()
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
             acc = (correct / valid.clamp_min(1)).tolist()
@@ -269,8 +280,17 @@ def train(
                 },
             )
             if heldout is not None:
-                held = teacher_forced_acceptance(drafter, heldout, embed, head.detach())
+                held = [
+                    {
+                        "k": b - 1,
+                        **teacher_forced_acceptance(drafter, heldout, embed, frozen_head, b - 1),
+                    }
+                    for b in sorted(set(sizes))
+                ]
                 log({"step": step, "heldout": held})
-                bar.write(f"step {step}: held-out p1 {held['p1']:.3f}, tau {held['tau']:.2f}")
+                bar.write(
+                    f"step {step}: held-out "
+                    + ", ".join(f"k={h['k']}: p1 {h['p1']:.3f} tau {h['tau']:.2f}" for h in held)
+                )
     bar.close()
     return drafter.eval()

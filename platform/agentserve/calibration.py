@@ -20,17 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentserve.speculation_choice import (
-    SERVED_FACTOR,
-    SERVED_FACTOR_LOADED,
-    Choice,
-    choose,
-    drafter_fraction,
-)
+from agentserve.speculation_choice import Choice, choose_served, drafter_fraction
 
 __all__ = [
     "DECISIONS_ENV",
-    "SERVED_FACTOR",
     "calibrated_choice",
     "decisions_from_env",
     "export_decisions",
@@ -59,9 +52,7 @@ def calibrated_choice(
     if fraction is not None:
         acceptance["dflash"] = MEASURED_ACCEPTANCE["dflash"]
         fractions["dflash"] = fraction
-    choice = choose(
-        profile, acceptance, fractions, SERVED_FACTOR, served_factor_loaded=SERVED_FACTOR_LOADED
-    )
+    choice = choose_served(profile, acceptance, fractions)
     return choice, profile, cached
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "SERVED_FACTOR_LOADED",
     "Choice",
     "choose",
+    "choose_served",
     "drafter_fraction",
     "predicted_speedup",
     "served_factors",
@@ -226,6 +227,19 @@ def choose(
     return Choice(
         best["dtype"], best["method"], best["k"], best["speedup"], best["speedup_loaded"],
         why, rows,
+    )  # fmt: skip
+
+
+def choose_served(
+    profile: Mapping[str, Any],
+    acceptance: Mapping[str, tuple[float, float]],
+    draft_fraction: Mapping[str, float] | None = None,
+) -> Choice:
+    """`choose` with the served factors measured through the server (SERVED_FACTOR at
+    batch 1, SERVED_FACTOR_LOADED at LOADED_BATCH): what start-up calibration decides."""
+    return choose(
+        profile, acceptance, draft_fraction, SERVED_FACTOR,
+        served_factor_loaded=SERVED_FACTOR_LOADED,
     )  # fmt: skip
 
 

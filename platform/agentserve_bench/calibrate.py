@@ -46,19 +46,11 @@ def measure(model_dir: Path) -> dict[str, Any]:
 def _choice(profile: dict[str, Any]) -> dict[str, Any]:
     from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE
     from agentserve.drafters import BUNDLED_DRAFTER_DIR
-    from agentserve.speculation_choice import (
-        SERVED_FACTOR,
-        SERVED_FACTOR_LOADED,
-        choose,
-        drafter_fraction,
-    )
+    from agentserve.speculation_choice import choose_served, drafter_fraction
 
     drafting = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0  # hybrid drafts every step too
     fractions = {"ngram": 0.0, "dflash": drafting, "hybrid": drafting}
-    choice = choose(
-        profile, MEASURED_ACCEPTANCE, fractions, SERVED_FACTOR,
-        served_factor_loaded=SERVED_FACTOR_LOADED,
-    )  # fmt: skip
+    choice = choose_served(profile, MEASURED_ACCEPTANCE, fractions)
     return {k: v for k, v in choice.as_dict().items() if k != "candidates"}
 
 

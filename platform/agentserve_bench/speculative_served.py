@@ -67,10 +67,12 @@ def bench_spec(
     dtype: str | None,
     base: Any = None,
     engine: str = "vllm",
+    drafter: str | None = None,
 ) -> DeploymentSpec:
     """The embedded deployment (or `base`) as `agentserve up --speculation METHOD` serves it,
     with k drafted tokens (per-batch schedule as `up` derives it), one replica, `port`.
-    engine "fake" (pipeline tests) keeps the method as a label only."""
+    engine "fake" (pipeline tests) keeps the method as a label only; `drafter`: a DFlash
+    drafter directory for dflash and hybrid (default: the shipped one)."""
     from agentserve.spec import spec_from_dict
     from agentserve.spec_defaults import resolve_drafters
     from agentserve.spec_overrides import with_overrides, with_speculation
@@ -88,6 +90,8 @@ def bench_spec(
         model["dtype"] = dtype
     if method != "none" and engine == "vllm":
         model.setdefault("drafter", {})["num_speculative_tokens"] = k
+        if drafter and method in ("dflash", "hybrid"):
+            model["drafter"]["path"] = str(Path(drafter).resolve())
     spec, _ = resolve_drafters(spec_from_dict(data, source="(bench speculative-served)"))
     return with_overrides(spec, "127.0.0.1", port)
 
@@ -239,7 +243,10 @@ def run(args: argparse.Namespace) -> int:
             # a dtype other than the spec's is a settings variant: its own ratios, no default
             label = settings if dtype is None else f"{settings}/{dtype}"
             for server, method, k in plan:
-                spec = bench_spec(method, k, port, max(args.concurrency), dtype, engine=args.engine)
+                spec = bench_spec(
+                    method, k, port, max(args.concurrency), dtype, engine=args.engine,
+                    drafter=args.drafter,
+                )  # fmt: skip
                 with _environment(SETTINGS[settings]):
                     records += _measure(
                         server, method, k, spec, args, conversations, machine, label,
@@ -346,6 +353,13 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         action="store_true",
         help="measure nothing: re-derive ratios, default flags and the docs section from the "
         "committed served rows (after the default settings or the rule changed)",
+    )
+    p.add_argument(
+        "--drafter",
+        default=None,
+        help="DFlash drafter directory for the dflash and hybrid rows, e.g. a candidate from "
+        "`agentserve train-drafter --out DIR` (default: the shipped drafter); pair it with "
+        "--docs DIR to keep the committed figures",
     )
     p.add_argument("--docs", type=Path, default=default_docs(), help="(default: %(default)s)")
     p.set_defaults(handler=run)

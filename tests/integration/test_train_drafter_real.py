@@ -26,7 +26,7 @@ TEXTS = [
 ]
 
 
-def test_features_train_export_make_a_loadable_reduced_vocab_drafter(tmp_path):
+def test_features_train_export_make_a_loadable_reduced_vocab_drafter(tmp_path, capsys):
     import torch
     from transformers import AutoModel
 
@@ -56,18 +56,27 @@ def test_features_train_export_make_a_loadable_reduced_vocab_drafter(tmp_path):
     assert main([*common, "--stage", "train", *train, "--heldout-prompts", "2"]) == 0
     log = [json.loads(x) for x in (work / "train" / "train_log.jsonl").read_text().splitlines()]
     assert log[-2]["step"] == 4 and "loss" in log[-2]
-    held = log[-1]["heldout"]
-    assert log[-1]["step"] == 4 and held["anchors"] > 50 and len(held["position_acceptance"]) == 3
+    held = log[-1]["heldout"]  # k = 3 and 4: blocks of 4 and 5 trained in turn
+    assert log[-1]["step"] == 4 and [h["k"] for h in held] == [3, 4]
+    assert held[0]["anchors"] > 50 and len(held[0]["position_acceptance"]) == 3
     assert main([*common, "--stage", "export", "--out", str(out), "--eval-prompts", "2"]) == 0
 
     config = json.loads((out / "config.json").read_text())
-    assert config["draft_vocab_size"] == 256 and config["block_size"] == 4
+    assert config["draft_vocab_size"] == 256 and config["block_size"] == 5
     drafter = load_drafter(out)
     ids = set(drafter.draft_token_ids().tolist())
     assert tokenizer.eos_token_id in ids  # always in the draft vocabulary
     assert set(tokenizer.encode("def add(a, b):")) <= ids  # frequent response tokens are
     card = (out / "README.md").read_text()
     assert "Warm start: target layers 28,29." in card and "Trained 4 steps" in card
-    assert [e["num_draft_tokens"] for e in json.loads((out / "eval.json").read_text())] == [3]
+    assert [e["num_draft_tokens"] for e in json.loads((out / "eval.json").read_text())] == [3, 4]
+    # --stage eval: the exported drafter's held-out acceptance, as training logged it
+    capsys.readouterr()
+    evaluate = ["--stage", "eval", "--drafter", str(out), "--heldout-prompts", "2"]
+    assert main([*common, *evaluate]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [h["k"] for h in result["heldout"]] == [3, 4]
+    assert result["heldout"][0]["anchors"] == held[0]["anchors"]
+    assert abs(result["heldout"][0]["p1"] - held[0]["p1"]) <= 0.03  # bf16 export of fp32
     model = AutoModel.from_pretrained(out, trust_remote_code=True, dtype=torch.float32)
     assert torch.equal(model.d2t, drafter.d2t)

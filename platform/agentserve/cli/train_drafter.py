@@ -19,7 +19,8 @@ from agentserve.cli.train_drafter_data import (
     restore_responses,
     stage_data,
 )
-from agentserve.drafter_card import card_for_run, card_line, eval_prompt_ids
+from agentserve.cli.train_drafter_eval import heldout_store, stage_eval
+from agentserve.drafter_card import card_for_run, card_line
 from agentserve.drafters import BUNDLED_DRAFTER_DIR, mask_token_id_for, shipped_drafter
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from dflash.config import DFlashConfig
@@ -45,9 +46,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--stage",
-        choices=(*STAGES, "all"),
+        choices=(*STAGES, "all", "eval"),
         default="all",
-        help="run one stage or all (default: %(default)s)",
+        help="run one stage or all; eval (not part of all) prints the held-out greedy "
+        "acceptance at k = 3 and 4 of the drafter at --drafter (default: %(default)s)",
+    )
+    p.add_argument(
+        "--drafter",
+        default=None,
+        help="--stage eval: the drafter directory to evaluate (default: the shipped one)",
     )
     p.add_argument(
         "--out",
@@ -106,10 +113,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     model.add_argument(
         "--block-size",
         type=int,
-        default=4,
-        help="block size: the anchor + block_size - 1 drafted tokens, which is what serving "
-        "proposes (num_speculative_tokens); a CPU verifies 3 drafts at about the cost of one "
+        default=5,
+        help="block size: the anchor + block_size - 1 drafted tokens, the most serving may "
+        "propose (num_speculative_tokens); a CPU verifies 3-4 drafts at about the cost of one "
         "decode step, more cost more (default: %(default)s)",
+    )
+    model.add_argument(
+        "--train-blocks",
+        default="4,5",
+        help="block sizes trained in turn, one per step: serving with k drafts runs a block "
+        "of k + 1 slots, so a drafter served at k=3 (DFlash) and k=4 (hybrid) trains on both "
+        "(default: %(default)s)",
     )
     model.add_argument(
         "--draft-vocab",
@@ -271,25 +285,22 @@ def _set_draft_vocab(drafter, target, tokenizer, records: list[dict]) -> None:
     print(f"draft vocabulary: {len(ids)} tokens cover {covered:.1%} of response tokens")
 
 
+def _train_blocks(args: argparse.Namespace) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(b) for b in args.train_blocks.split(",") if b.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or any(not 2 <= b <= args.block_size for b in sizes):
+        raise SystemExit(
+            f"--train-blocks {args.train_blocks!r}: block sizes within 2..--block-size "
+            f"({args.block_size}), comma-separated"
+        )
+    return sizes
+
+
 def _features_dir(args: argparse.Namespace, work: Path) -> Path:
     """Features with top-k log-probabilities live apart from plain ones (no shard mix)."""
     return work / (f"features-top{args.topk}" if args.topk else "features")
-
-
-def _heldout_store(args: argparse.Namespace, work: Path, target, tokenizer, layer_ids):
-    """The target's greedy responses to the held-out prompts, with features (built once)."""
-    from dflash.train.features import FeatureStore, extract_features  # lazy: torch
-    from dflash.train.heldout import greedy_records
-
-    if not args.heldout_prompts:
-        return None
-    directory = work / f"heldout-{args.heldout_prompts}"
-    if not list(directory.glob("features-*.safetensors")):
-        print(f"held-out set: greedy responses to {args.heldout_prompts} held-out prompts")
-        prompts = eval_prompt_ids(tokenizer, args.heldout_prompts)
-        records = greedy_records(target, prompts, tokenizer.eos_token_id)
-        extract_features(target, records, layer_ids, directory, topk=args.topk, progress=False)
-    return FeatureStore(directory)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -304,6 +315,8 @@ def run(args: argparse.Namespace) -> int:
     restore_responses(args, work)
     if "data" in stages:
         stage_data(args, model_dir, work)
+    if args.stage == "eval":
+        return stage_eval(args, model_dir, work)
     if not set(stages) & {"features", "train", "export"}:
         return 0
 
@@ -350,8 +363,9 @@ def run(args: argparse.Namespace) -> int:
             gamma=args.gamma,
             seed=args.seed,
             checkpoint_every=args.checkpoint_every,
+            block_sizes=_train_blocks(args),
         )
-        heldout = _heldout_store(args, work, target, tokenizer, cfg.target_layer_ids)
+        heldout = heldout_store(args, work, target, tokenizer, cfg.target_layer_ids)
         train(drafter, target, FeatureStore(features), tc, work / "train", heldout=heldout)
     if "export" in stages:
         state = torch.load(work / "train" / "checkpoint.pt", weights_only=False)

@@ -26,6 +26,7 @@ from agentserve.speculation_choice import (
     SERVED_FACTOR_LOADED,
     Choice,
     choose,
+    choose_served,
     drafter_fraction,
     predicted_speedup,
     served_factors,
@@ -44,10 +45,7 @@ def _profiles() -> list[dict]:
 
 
 def _choose(profile: dict) -> Choice:
-    return choose(
-        profile, MEASURED_ACCEPTANCE, FRACTIONS, SERVED_FACTOR,
-        served_factor_loaded=SERVED_FACTOR_LOADED,
-    )  # fmt: skip
+    return choose_served(profile, MEASURED_ACCEPTANCE, FRACTIONS)
 
 
 def _flat_profile(decode_ms: float, verify_ms: float) -> dict:

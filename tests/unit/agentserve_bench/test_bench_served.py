@@ -230,3 +230,20 @@ def test_ratios_and_defaults_never_cross_kinds_of_cpu():
     groups = by_machine(filled)
     assert served_default(groups["amx"])[0] == "ngram"
     assert served_default(groups["avx2"])[0] == "none"
+
+
+def test_a_candidate_drafter_serves_the_dflash_and_hybrid_rows_only(tmp_path):
+    from agentserve.drafters import BUNDLED_DRAFTER_DIR
+    from agentserve_bench.speculative_served import bench_spec
+
+    candidate = tmp_path / "candidate"
+    candidate.mkdir()
+    (candidate / "config.json").write_text((BUNDLED_DRAFTER_DIR / "config.json").read_text())
+    for method, k in (("dflash", 3), ("hybrid", 4)):
+        spec = bench_spec(method, k, 8719, 4, None, drafter=str(candidate))
+        assert spec.models[0].drafter.path == str(candidate.resolve())
+    assert (
+        bench_spec("ngram", 4, 8719, 4, None, drafter=str(candidate)).models[0].drafter.path is None
+    )
+    shipped = bench_spec("dflash", 3, 8719, 4, None).models[0].drafter
+    assert shipped.path != str(candidate.resolve())

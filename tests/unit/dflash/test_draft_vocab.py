@@ -145,3 +145,21 @@ def test_warm_start_copies_a_saved_drafter_but_keeps_the_reduced_head(
     )
     before = other.fc.weight.detach().clone()
     assert not warm_start_from(other, saved) and torch.equal(other.fc.weight, before)
+
+
+def test_warm_start_copies_the_reduced_head_when_the_draft_vocabulary_is_the_same(
+    small_head, tiny_hf, tmp_path
+):
+    from dflash.train.trainer import warm_start_from
+
+    torch.manual_seed(4)
+    ids = torch.randperm(VOCAB)[: len(small_head.d2t)]
+    small_head.set_draft_vocab(ids, torch.randn(VOCAB, small_head.config.hidden_size))
+    saved = save_drafter(small_head, tmp_path / "shipped", dtype=torch.float32)
+    same = DFlashDrafter(small_head.config)
+    same.set_draft_vocab(ids, torch.zeros(VOCAB, small_head.config.hidden_size))
+    assert warm_start_from(same, saved)
+    torch.testing.assert_close(same.lm_head.weight, small_head.lm_head.weight)
+    other = DFlashDrafter(small_head.config)
+    other.set_draft_vocab(torch.arange(len(ids)), torch.zeros(VOCAB, small_head.config.hidden_size))
+    assert warm_start_from(other, saved) and other.lm_head.weight.abs().sum() == 0

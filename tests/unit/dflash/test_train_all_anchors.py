@@ -200,10 +200,12 @@ def test_all_anchor_training_with_distillation_raises_heldout_acceptance(
         step_budget=400,
         distill=0.5,
         gamma=2.0,
+        block_sizes=(3, 4),  # blocks of 3 and 4 in turn: k = 2 and 3
     )
     train(drafter, tiny_target, store, tc, tmp_path / "run", progress=False, heldout=held)
     log = [json.loads(x) for x in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
-    heldout = [r["heldout"] for r in log if "heldout" in r]
+    heldout = [r["heldout"][-1] for r in log if "heldout" in r]  # k = 3 (blocks of 4)
+    assert [h["k"] for h in log[-1]["heldout"]] == [2, 3]
     assert [r["step"] for r in log if "heldout" in r] == [30, 60]
     losses = [r["loss"] for r in log if "loss" in r]
     assert losses[-1] < losses[0]

@@ -28,11 +28,11 @@ from agentserve.autoscale.spec_schedule import (
     schedule_for,
     with_default_schedules,
 )
-from agentserve.calibration import SERVED_FACTOR
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.engine.step_costs import profile_cache_path
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
+from agentserve.speculation_choice import SERVED_FACTOR
 
 try:  # the deployment options Ray Serve gets (ray.serve is already imported by other tests)
     from agentserve.serve.app import deployment_options
