@@ -25,6 +25,7 @@ from agentserve.drafters import (
 )
 from agentserve.spec import BUNDLED_MODEL, DRAFTERLESS_METHODS, DeploymentSpec, spec_from_dict
 from agentserve.speculation_choice import Choice
+from dflash.config import DFlashConfig
 
 __all__ = ["resolve_drafters", "with_default_drafters", "with_default_schedules"]
 
@@ -91,8 +92,30 @@ def with_default_drafters(
                 f"model {model.name}: no shipped DFlash drafter installed; serving without "
                 "speculative decoding (train one with `agentserve train-drafter`)"
             )
+    for model, entry in zip(spec.models, data["models"], strict=True):
+        _fit_tokens_to_block(model, entry, shipped)
     resolved = spec_from_dict(data, source="(with drafter defaults)")
     return with_default_schedules(resolved, machine), notes
+
+
+def _fit_tokens_to_block(model, entry: dict, shipped: Callable[[str], Path | None]) -> None:
+    """A DFlash or hybrid drafter whose spec leaves num_speculative_tokens unset drafts at
+    most what its block holds (block_size - 1): a drafter trained for a CPU's small blocks
+    serves under `--speculation dflash` instead of being refused for the spec's default k.
+    A k the spec sets is kept (and refused later if the block cannot hold it)."""
+    drafter = entry["drafter"]
+    if not drafter.get("enabled") or drafter.get("method") not in ("dflash", "hybrid"):
+        return
+    if model.engine != "vllm" or "num_speculative_tokens" in model.drafter.model_fields_set:
+        return
+    path = Path(drafter["path"]) if drafter.get("path") else shipped(model.source)
+    if path is None or not (path / "config.json").is_file():
+        return  # a hub drafter: its config is read (and k checked) where it is downloaded
+    try:
+        most = DFlashConfig.load(path).num_draft_tokens
+    except (ValueError, KeyError):
+        return  # refused by field when the engine's arguments are built
+    drafter["num_speculative_tokens"] = min(drafter["num_speculative_tokens"], most)
 
 
 def resolve_drafters(

@@ -78,6 +78,40 @@ def test_measured_default_method(model, default, enabled, method, noted):
         assert "no speculative decoding" in notes[0]
 
 
+def _drafter_dir(root: Path, block_size: int) -> Path:
+    import json
+
+    from agentserve.drafters import BUNDLED_DRAFTER_DIR
+
+    config = json.loads((BUNDLED_DRAFTER_DIR / "config.json").read_text())
+    config["block_size"] = block_size
+    root.mkdir()
+    (root / "config.json").write_text(json.dumps(config))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("drafter", "block", "want_k"),
+    [
+        ({"enabled": True}, 5, 4),  # --speculation dflash, a block-5 drafter: k 4, not 7
+        ({"enabled": True, "method": "hybrid"}, 5, 4),
+        ({"enabled": True}, 8, 7),  # the spec's default fits the block
+        ({"enabled": True, "num_speculative_tokens": 6}, 5, 6),  # set: kept (refused later)
+        ({"enabled": True, "method": "ngram"}, 5, 7),  # no drafter block to fit
+    ],
+)
+def test_an_unset_k_fits_the_drafters_block(tmp_path, drafter, block, want_k):
+    shipped = _drafter_dir(tmp_path / "d", block)
+    spec = spec_from_dict({"models": [{"drafter": drafter}]})
+    out, _ = with_default_drafters(spec, None, lambda _: shipped)
+    assert out.models[0].drafter.num_speculative_tokens == want_k
+    if drafter.get("method") == "ngram":
+        return  # takes no drafter path
+    by_path = spec_from_dict({"models": [{"drafter": {**drafter, "path": str(shipped)}}]})
+    out, _ = with_default_drafters(by_path, None, _missing)
+    assert out.models[0].drafter.num_speculative_tokens == want_k
+
+
 @pytest.mark.parametrize(
     ("model", "method", "enabled", "want_method", "want_path"),
     [
