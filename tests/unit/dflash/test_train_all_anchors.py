@@ -15,7 +15,11 @@ from dflash.generate import generate
 from dflash.model import DFlashDrafter
 from dflash.train.batches import length_groups, make_batch, rows_for_step
 from dflash.train.features import FeatureStore, extract_features
-from dflash.train.heldout import accepted_per_anchor, teacher_forced_acceptance
+from dflash.train.heldout import (
+    accepted_per_anchor,
+    greedy_records,
+    teacher_forced_acceptance,
+)
 from dflash.train.loss import OUT_OF_VOCAB, block_loss, position_weights, soft_cross_entropy
 from dflash.train.masks import IGNORE, all_anchors
 from dflash.train.trainer import TrainConfig, _lr, init_from_target, train
@@ -131,8 +135,8 @@ def tiny_data(tiny_target, tmp_path_factory):
     """Greedy responses of the tiny target with features and top-4 log-probabilities."""
     g = torch.Generator().manual_seed(7)
     prompts = [torch.randint(0, 90, (n,), generator=g).tolist() for n in [3, 5, 4, 6] * 6]
-    outs = generate(tiny_target, prompts, 30).tokens
-    records = [{"prompt_ids": p, "response_ids": o} for p, o in zip(prompts, outs, strict=True)]
+    records = greedy_records(tiny_target, prompts, stop_id=-1, max_new_tokens=30)
+    assert [r["prompt_ids"] for r in records] == prompts
     cfg = DFlashConfig.for_target(
         tiny_target.config, mask_token_id=95, block_size=4, num_hidden_layers=1
     )
@@ -224,8 +228,7 @@ def test_all_anchor_training_with_distillation_raises_heldout_acceptance(
 def test_distillation_without_topk_features_is_refused(tiny_target, tmp_path):
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 90, (4,), generator=g).tolist() for _ in range(3)]
-    outs = generate(tiny_target, prompts, 8).tokens
-    records = [{"prompt_ids": p, "response_ids": o} for p, o in zip(prompts, outs, strict=True)]
+    records = greedy_records(tiny_target, prompts, stop_id=-1, max_new_tokens=8)
     cfg = DFlashConfig.for_target(
         tiny_target.config, mask_token_id=95, block_size=4, num_hidden_layers=1
     )
