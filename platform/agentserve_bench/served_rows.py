@@ -46,8 +46,10 @@ def row(
     engine_env: dict[str, str],
     texts: list[str],
     settings: str = DEFAULT_SETTINGS,
+    drafter: str | None = None,
 ) -> dict[str, Any]:
-    """One served record (speedup and identity are filled by `fill_ratios`)."""
+    """One served record (speedup and identity are filled by `fill_ratios`); `drafter`: the
+    DFlash drafter's digest (agentserve.drafters.drafter_digest) on dflash and hybrid rows."""
     drafts = counters.get("drafts", 0.0)
     accepted = counters.get("accepted_tokens", 0.0)
     drafted = counters.get("draft_tokens", 0.0)
@@ -70,6 +72,7 @@ def row(
         "machine": machine,
         "settings": settings,
         "engine_env": engine_env,
+        **({"drafter": drafter} if drafter else {}),
         "texts": texts,
     }
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentserve.drafters import rows_of_shipped_drafter
 from agentserve.engine.cpu_info import read_cpu_info
 from agentserve.engine.cpu_settings import SETTINGS, default_settings, engine_environment
 from agentserve.spec import DeploymentSpec
@@ -138,6 +139,7 @@ def _measure(
     records = []
     started = time.perf_counter()
     env = engine_environment()
+    drafter = _drafter_digest(model)
     with serving as (base, metrics_url):
         took = time.perf_counter() - started
         print(f"  {server} {method}:{k} ({settings}) ready in {took:.0f} s", flush=True)
@@ -157,6 +159,7 @@ def _measure(
                     server=server, method=method, k=k, workload=workload, concurrency=c,
                     figures=figures, counters=counters, machine=machine, dtype=model.dtype,
                     engine_env=env, texts=[r.text for r in replies], settings=settings,
+                    drafter=drafter,
                 ))  # fmt: skip
                 tau = records[-1]["tau"]
                 print(
@@ -165,6 +168,17 @@ def _measure(
                     flush=True,
                 )
     return records
+
+
+def _drafter_digest(model) -> str | None:
+    """The digest of the DFlash drafter a dflash or hybrid row is measured with."""
+    from agentserve.drafters import drafter_digest, shipped_drafter
+
+    drafter = model.drafter
+    if not drafter.enabled or drafter.method not in ("dflash", "hybrid"):
+        return None
+    path = Path(drafter.path) if drafter.path else shipped_drafter(model.source)
+    return drafter_digest(path) if path is not None and path.is_dir() else None
 
 
 @contextlib.contextmanager
@@ -204,11 +218,14 @@ def report_only(args: argparse.Namespace) -> int:
     served = [r for r in json.loads(figures.read_text()) if r.get("path") == "served"]
     records: list[dict[str, Any]] = []
     for rows in by_machine(served).values():  # each kind of CPU decides from its own rows
-        default, scores = served_default(fill_ratios(rows, None))
+        # ... and from the shipped drafter's dflash/hybrid rows, not a predecessor's
+        default, scores = served_default(fill_ratios(rows_of_shipped_drafter(rows), None))
         records += fill_ratios(rows, default)
     # the section's header and scores: the most recently measured machine
     latest = max(records, key=lambda r: r.get("date", ""))["machine"]
-    default, scores = served_default(by_machine(records)[latest["cpu_class"]])
+    default, scores = served_default(
+        rows_of_shipped_drafter(by_machine(records)[latest["cpu_class"]])
+    )
     commands = " ; ".join(sorted({r["command"] for r in records}))
     out = write_served(
         records, scores, default, Path(args.docs), command=commands, wall_s=0.0,

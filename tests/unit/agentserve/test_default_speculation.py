@@ -16,6 +16,7 @@ from agentserve.drafters import (
     default_speculation,
     default_speculation_reason,
     default_speculation_tokens,
+    rows_of_shipped_drafter,
 )
 from agentserve.engine.cpu_settings import default_settings
 from agentserve.model_sources import BUNDLED_MODEL
@@ -28,7 +29,7 @@ def _served_by_machine() -> dict[str, list[dict]]:
     if not FIGURES.is_file():
         pytest.fail(f"{FIGURES} is missing: run `agentserve bench speculative-served`")
     out: dict[str, list[dict]] = {}
-    for r in json.loads(FIGURES.read_text()):
+    for r in rows_of_shipped_drafter(json.loads(FIGURES.read_text())):
         if r.get("path") == "served":
             out.setdefault(r["machine"]["cpu_class"], []).append(r)
     return out

@@ -15,6 +15,7 @@ from agentserve.drafters import (
     BUNDLED_DRAFTER_DIR,
     DEFAULT_SPECULATION,
     DEFAULT_SPECULATION_TOKENS,
+    rows_of_shipped_drafter,
 )
 from agentserve.engine.cpu_settings import default_settings
 from agentserve.model_sources import BUNDLED_MODEL
@@ -104,7 +105,7 @@ def test_where_served_figures_exist_the_calibrated_choice_agrees_with_them():
 
 
 def test_the_served_factor_is_the_one_the_figures_give():
-    rows = json.loads((BENCH / "speculative.json").read_text())
+    rows = rows_of_shipped_drafter(json.loads((BENCH / "speculative.json").read_text()))
     assert served_factors(_profiles(), rows, FRACTIONS) == SERVED_FACTOR
     assert served_factors(_profiles(), rows, FRACTIONS, LOADED_BATCH) == SERVED_FACTOR_LOADED
 
@@ -126,7 +127,7 @@ def test_the_choice_predicts_the_served_speedup_it_was_corrected_by():
     """choose() scales predicted_speedup(..., draft fraction) by SERVED_FACTOR: for the
     served row that sets a method's factor this gives back the measured speedup, so the
     drafting is counted once (a factor fitted without it counted DFlash's drafting twice)."""
-    rows = json.loads((BENCH / "speculative.json").read_text())
+    rows = rows_of_shipped_drafter(json.loads((BENCH / "speculative.json").read_text()))
     by_class = {p["machine"]["cpu_class"]: p for p in _profiles()}
     for method, factor in SERVED_FACTOR.items():
         ratios = []  # corrected prediction / measured: at most 1, and 1 on the setting row

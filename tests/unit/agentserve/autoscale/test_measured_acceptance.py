@@ -14,6 +14,7 @@ from agentserve.autoscale.spec_schedule import (
     acceptance_from_served,
     latency_model_for,
 )
+from agentserve.drafters import rows_of_shipped_drafter
 from agentserve.spec import DeploymentSpec
 
 FIGURES = Path(__file__).resolve().parents[4] / "docs" / "benchmarks" / "speculative.json"
@@ -39,7 +40,7 @@ def test_acceptance_is_inverted_from_tau_and_its_drop_fitted_over_batch():
 
 
 def test_table_follows_the_committed_served_figures():
-    records = json.loads(FIGURES.read_text())
+    records = rows_of_shipped_drafter(json.loads(FIGURES.read_text()))
     assert acceptance_from_served(records) == MEASURED_ACCEPTANCE, (
         "update agentserve.autoscale.spec_schedule.MEASURED_ACCEPTANCE from the served figures"
     )
