@@ -62,10 +62,12 @@ def setup(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def float32_cells(setup):
-    """Plain, the shipped drafter (k=7) and hybrid (k=4), float32, batch 1 and 4."""
+    """Plain, the shipped drafter (as many drafts as its block holds, at most 7) and hybrid
+    (k=4), float32, batch 1 and 4."""
     model_dir, prompts, _ = setup
     drafter = shipped_drafter(BUNDLED_MODEL)
     assert drafter is not None, "the trained drafter ships with agentserve"
+    k = min(7, DFlashConfig.load(drafter).num_draft_tokens)
     return vllm_runs(
         model_dir,
         str(drafter),
@@ -73,7 +75,7 @@ def float32_cells(setup):
         32,
         [1, 4],
         [0.0],
-        methods=[("none", 0), ("dflash", 7), ("hybrid", 4)],
+        methods=[("none", 0), ("dflash", k), ("hybrid", 4)],
         engine_overrides=EAGER,
         dtype="float32",
     )

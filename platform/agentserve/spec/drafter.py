@@ -40,7 +40,14 @@ class DrafterSpec(_Spec):
         "(suffix decoding, needs the arctic-inference package), eagle3 (an EAGLE-3 drafter "
         "at `path`), mtp (the model's own multi-token-prediction layers).",
     )
-    num_speculative_tokens: int = Field(7, ge=1, le=64, description="Tokens drafted per step.")
+    num_speculative_tokens: int = Field(
+        7,
+        ge=1,
+        le=64,
+        description="Tokens drafted per step. Left unset with a local DFlash drafter (dflash, "
+        "hybrid) whose block holds fewer, block_size - 1; a value set is checked against "
+        "the block.",
+    )
     min_acceptance_length: float = Field(
         1.2,
         ge=1.0,
