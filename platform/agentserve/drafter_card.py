@@ -105,8 +105,13 @@ def write_card(
     trained, held = read_log(log_path)
     last = trained[-1]
     heldout = (
-        f"Held-out greedy acceptance at the last checkpoint (every anchor of the target's "
-        f"greedy responses to the held-out prompts, teacher-forced): {held[-1]['heldout']}."
+        "Held-out greedy acceptance at the last checkpoint (every anchor of the target's "
+        "greedy responses to the held-out prompts, teacher-forced): "
+        + "; ".join(
+            f"k={h['k']}: position-1 {h['p1']}, tau {h['tau']} over {h['anchors']} anchors"
+            for h in held[-1]["heldout"]
+        )
+        + "."
         if held
         else ""
     )

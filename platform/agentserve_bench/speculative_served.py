@@ -69,11 +69,13 @@ def bench_spec(
     base: Any = None,
     engine: str = "vllm",
     drafter: str | None = None,
+    schedule: str = "auto",
 ) -> DeploymentSpec:
     """The embedded deployment (or `base`) as `agentserve up --speculation METHOD` serves it,
     with k drafted tokens (per-batch schedule as `up` derives it), one replica, `port`.
     engine "fake" (pipeline tests) keeps the method as a label only; `drafter`: a DFlash
-    drafter directory for dflash and hybrid (default: the shipped one)."""
+    drafter directory for dflash and hybrid (default: the shipped one); `schedule` "off":
+    always k drafts, whatever the batch (what a drafter can do, not what `up` turns on)."""
     from agentserve.spec import spec_from_dict
     from agentserve.spec_defaults import resolve_drafters
     from agentserve.spec_overrides import with_overrides, with_speculation
@@ -93,6 +95,8 @@ def bench_spec(
         model.setdefault("drafter", {})["num_speculative_tokens"] = k
         if drafter and method in ("dflash", "hybrid"):
             model["drafter"]["path"] = str(Path(drafter).resolve())
+        if schedule == "off":
+            model["drafter"]["speculation_schedule"] = "off"
     spec, _ = resolve_drafters(spec_from_dict(data, source="(bench speculative-served)"))
     return with_overrides(spec, "127.0.0.1", port)
 
@@ -259,10 +263,11 @@ def run(args: argparse.Namespace) -> int:
         for settings, dtype in itertools.product(args.settings, args.dtypes):
             # a dtype other than the spec's is a settings variant: its own ratios, no default
             label = settings if dtype is None else f"{settings}/{dtype}"
+            label += "/schedule-off" if args.schedule == "off" else ""  # a variant too
             for server, method, k in plan:
                 spec = bench_spec(
                     method, k, port, max(args.concurrency), dtype, engine=args.engine,
-                    drafter=args.drafter,
+                    drafter=args.drafter, schedule=args.schedule,
                 )  # fmt: skip
                 with _environment(SETTINGS[settings]):
                     records += _measure(
@@ -377,6 +382,15 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         help="DFlash drafter directory for the dflash and hybrid rows, e.g. a candidate from "
         "`agentserve train-drafter --out DIR` (default: the shipped drafter); pair it with "
         "--docs DIR to keep the committed figures",
+    )
+    p.add_argument(
+        "--schedule",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: each method drafts as `agentserve up` runs it (the speculation schedule "
+        "may turn drafting down, or off, by batch size); off: k drafts at every batch, to "
+        "measure what a drafter can do (rows say so, and never decide the default) "
+        "(default: %(default)s)",
     )
     p.add_argument("--docs", type=Path, default=default_docs(), help="(default: %(default)s)")
     p.set_defaults(handler=run)

@@ -247,3 +247,8 @@ def test_a_candidate_drafter_serves_the_dflash_and_hybrid_rows_only(tmp_path):
     )
     shipped = bench_spec("dflash", 3, 8719, 4, None).models[0].drafter
     assert shipped.path != str(candidate.resolve())
+    # schedule off: k drafts at every batch, where `up`'s schedule may turn drafting off
+    auto = bench_spec("hybrid", 4, 8719, 4, None).models[0].drafter
+    off = bench_spec("hybrid", 4, 8719, 4, None, schedule="off").models[0].drafter
+    assert auto.num_speculative_tokens_per_batch_size is not None
+    assert off.num_speculative_tokens_per_batch_size is None and off.num_speculative_tokens == 4
