@@ -46,8 +46,8 @@ __all__ = [
 # kinds of CPU with both figures (served_factors over
 # docs/benchmarks/calibration.json and speculative.json with the shipped drafter's
 # draft fraction, at concurrency 1 and at LOADED_BATCH; a unit test holds these equal)
-SERVED_FACTOR: dict[str, float] = {"ngram": 0.508, "dflash": 0.63, "hybrid": 0.643}
-SERVED_FACTOR_LOADED: dict[str, float] = {"ngram": 0.713, "dflash": 0.555, "hybrid": 0.82}
+SERVED_FACTOR: dict[str, float] = {"ngram": 0.595, "dflash": 0.793, "hybrid": 0.761}
+SERVED_FACTOR_LOADED: dict[str, float] = {"ngram": 0.713, "dflash": 0.701, "hybrid": 0.832}
 
 MIN_GAIN = 1.15  # speculation must be predicted this much faster than plain at batch 1
 NOMINAL_PROMPT, NOMINAL_OUTPUT = 512, 128  # an agent turn: tool results in, a reply out
@@ -100,12 +100,13 @@ def served_factors(
     concurrency: int = 1,
 ) -> dict[str, float]:
     """{method: min over served agentserve rows at `concurrency` (under the engine settings
-    `agentserve up` applies on the row's kind of CPU) of measured speedup / speedup
+    `agentserve up` applies on the row's kind of CPU, the speculation schedule on or off:
+    cpu_settings.fitted_settings) of measured speedup / speedup
     predicted from the profile of the same kind of machine at that batch, with the row's
     own tau and the method's `draft_fraction` (as `choose` predicts it: the drafting is in
     the prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at
     1 (only ever a correction downwards). Methods with no pair are absent."""
-    from agentserve.engine.cpu_settings import default_settings
+    from agentserve.engine.cpu_settings import fitted_settings
 
     draft_fraction = draft_fraction or {}
     by_class = {p["machine"]["cpu_class"]: p for p in profiles}
@@ -116,9 +117,7 @@ def served_factors(
             continue
         if r.get("method") in (None, "none") or r.get("concurrency") != concurrency:
             continue
-        if not r.get("tau") or r.get("settings", default_settings(machine)) != default_settings(
-            machine
-        ):
+        if not r.get("tau") or not fitted_settings(r.get("settings"), machine):
             continue
         profile, k = by_class[machine], int(r["num_speculative_tokens"])
         if (

@@ -75,7 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--methods",
-        default="none,dflash:7,dflash+schedule:7,ngram:7,suffix:7",
+        default="none,dflash:4,dflash+schedule:4,ngram:4,suffix:4",
         help="comma list of METHOD[:k]; METHOD+schedule adds the autoscaler's per-batch-size "
         "speculation schedule; suffix is skipped when arctic-inference is not installed "
         "(default: %(default)s)",

@@ -27,7 +27,12 @@ from typing import Any
 
 from agentserve.drafters import rows_of_shipped_drafter
 from agentserve.engine.cpu_info import read_cpu_info
-from agentserve.engine.cpu_settings import SETTINGS, default_settings, engine_environment
+from agentserve.engine.cpu_settings import (
+    SCHEDULE_OFF,
+    SETTINGS,
+    default_settings,
+    engine_environment,
+)
 from agentserve.spec import DeploymentSpec
 
 from agentserve_bench.arg_types import ints
@@ -263,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
         for settings, dtype in itertools.product(args.settings, args.dtypes):
             # a dtype other than the spec's is a settings variant: its own ratios, no default
             label = settings if dtype is None else f"{settings}/{dtype}"
-            label += "/schedule-off" if args.schedule == "off" else ""  # a variant too
+            label += SCHEDULE_OFF if args.schedule == "off" else ""  # a variant too
             for server, method, k in plan:
                 spec = bench_spec(
                     method, k, port, max(args.concurrency), dtype, engine=args.engine,

@@ -49,9 +49,9 @@ __all__ = [
 # checks this table against the committed figures. A method not listed keeps LatencyModel's
 # assumption.
 MEASURED_ACCEPTANCE: dict[str, tuple[float, float]] = {
-    "ngram": (0.847, 0.068),
-    "dflash": (0.318, 0.0),
-    "hybrid": (0.7, 0.111),  # n-gram and DFlash drafts together, at the engine's k
+    "ngram": (0.843, 0.063),
+    "dflash": (0.405, 0.0),
+    "hybrid": (0.698, 0.0),  # n-gram and DFlash drafts together, at the engine's k
 }
 
 
@@ -59,12 +59,23 @@ def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]
     """(alpha_1, alpha_drop_per_doubling) per method from served records (pure): alpha is
     the per-token acceptance whose geometric tau at the record's k matches the measured
     tau, pooled over workloads by mean; the drop is fitted between concurrency 1 and the
-    highest concurrency measured (0 when that is 1 or acceptance does not fall)."""
+    highest concurrency measured (0 when that is 1 or acceptance does not fall). Where a
+    method has rows measured with the schedule off (cpu_settings.SCHEDULE_OFF), only those
+    count: they drafted the record's k at every batch, where the schedule may have drafted
+    fewer, or none (a method whose fitted acceptance says drafting does not pay is never
+    measured drafting under it, so its fit could not move otherwise)."""
+    from agentserve.engine.cpu_settings import SCHEDULE_OFF
+
+    rows = [
+        r
+        for r in records
+        if r.get("path") == "served" and r.get("server") == "agentserve" and r.get("tau")
+        and r["method"] != "none" and r["tau"] > 1.0
+    ]  # fmt: skip
+    off = {r["method"] for r in rows if str(r.get("settings", "")).endswith(SCHEDULE_OFF)}
     by: dict[str, dict[int, list[float]]] = {}
-    for r in records:
-        if r.get("path") != "served" or r.get("server") != "agentserve" or not r.get("tau"):
-            continue
-        if r["method"] == "none" or r["tau"] <= 1.0:
+    for r in rows:
+        if r["method"] in off and not str(r.get("settings", "")).endswith(SCHEDULE_OFF):
             continue
         alpha = alpha_from_tau(r["tau"], r["num_speculative_tokens"])
         by.setdefault(r["method"], {}).setdefault(r["concurrency"], []).append(alpha)

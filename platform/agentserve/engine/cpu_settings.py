@@ -55,12 +55,14 @@ __all__ = [
     "DEFAULT_SETTINGS",
     "EXECUTORS",
     "EXECUTOR_BY_CPU",
+    "SCHEDULE_OFF",
     "SETTINGS",
     "apply_cpu_engine_settings",
     "compile_on_cpu",
     "cpu_executor",
     "default_settings",
     "engine_environment",
+    "fitted_settings",
     "iomp_library",
     "normal_priority",
     "omp_bind",
@@ -146,6 +148,21 @@ def default_settings(cpu_class: str | None = None) -> str:
     if QUIET_BY_CPU.get(cpu_class, False):
         name += "-quiet"
     return name
+
+
+# the label suffix of served rows measured drafting k at every batch (`agentserve bench
+# speculative-served --schedule off`): what a method's drafts are worth, whatever schedule
+# its current fits would give it
+SCHEDULE_OFF = "/schedule-off"
+
+
+def fitted_settings(label: str | None, cpu_class: str | None) -> bool:
+    """Whether a served row labelled `label` (None: rows from before the labels, measured
+    under the default) was measured under the settings `agentserve up` applies on its kind
+    of CPU, with the speculation schedule on or off: a row the acceptance and served-factor
+    fits may read. The default method is decided from the schedule-on rows only."""
+    default = default_settings(cpu_class)
+    return label in (None, default, default + SCHEDULE_OFF)
 
 
 def _this_cpu_class() -> str:

@@ -17,7 +17,7 @@ from agentserve.drafters import (
     DEFAULT_SPECULATION_TOKENS,
     rows_of_shipped_drafter,
 )
-from agentserve.engine.cpu_settings import default_settings
+from agentserve.engine.cpu_settings import fitted_settings
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
 from agentserve.speculation_choice import (
@@ -137,7 +137,7 @@ def test_the_choice_predicts_the_served_speedup_it_was_corrected_by():
                 continue
             if r.get("server") != "agentserve" or r.get("concurrency") != 1 or not r.get("tau"):
                 continue
-            if r["settings"] != default_settings(profile["machine"]["cpu_class"]):
+            if not fitted_settings(r["settings"], profile["machine"]["cpu_class"]):
                 continue  # the factor is fitted to what `agentserve up` serves
             k, frac = int(r["num_speculative_tokens"]), FRACTIONS[method]
             predicted = predicted_speedup(profile, r["dtype"], 1, k, float(r["tau"]), frac)

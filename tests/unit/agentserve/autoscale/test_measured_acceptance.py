@@ -39,6 +39,23 @@ def test_acceptance_is_inverted_from_tau_and_its_drop_fitted_over_batch():
     assert got["dflash"][1] == 0.0  # measured at one concurrency only
 
 
+def test_rows_drafting_at_every_batch_replace_the_scheduled_ones():
+    """A method measured with the schedule off is fitted from those rows only: under the
+    schedule it may have drafted fewer tokens than its k (or none), which the record's tau
+    does not say."""
+    off = "all-gomp/schedule-off"
+    records = [
+        {**_rec("dflash", 3, 1, 1.2), "settings": "all-gomp"},  # scheduled: ignored
+        {**_rec("dflash", 3, 1, 1.8), "settings": off},
+        {**_rec("dflash", 3, 4, 1.8, "agent"), "settings": off},
+        {**_rec("ngram", 4, 1, 3.0), "settings": "all-gomp"},  # no off rows: kept
+    ]  # fmt: skip
+    got = acceptance_from_served(records)
+    assert LatencyModel(alpha_1=got["dflash"][0]).tau(1, 3) == pytest.approx(1.8, abs=0.01)
+    assert got["dflash"][1] == 0.0
+    assert LatencyModel(alpha_1=got["ngram"][0]).tau(1, 4) == pytest.approx(3.0, abs=0.01)
+
+
 def test_table_follows_the_committed_served_figures():
     records = rows_of_shipped_drafter(json.loads(FIGURES.read_text()))
     assert acceptance_from_served(records) == MEASURED_ACCEPTANCE, (

@@ -193,8 +193,10 @@ def test_bench_fixed_speculation_runs_every_fleet_with_the_fixed_k():
 
 def test_on_a_calibrated_cpu_the_schedule_drafts_where_the_server_measured_gains(monkeypatch):
     """AMD EPYC with AVX-512 bf16 (recorded step costs, calibrated_model): n-gram k=4
-    served 1.4-2.0x plain at concurrency 4 there, so the schedule drafts at batch 4. One
-    factor fitted at concurrency 1 for every batch turned speculation off from batch 4."""
+    served 1.5-1.9x plain at concurrency 4 there, so the schedule drafts at batch 4. One
+    factor fitted at concurrency 1 for every batch turns speculation off at a smaller batch
+    than the factor fitted at concurrency 4 (with the figures of 2026-11-27 morning: from
+    batch 4)."""
     monkeypatch.delenv("AGENTSERVE_CALIBRATE")
     model = _spec().models[0]
     latency = latency_model_for(model, "avx512_bf16")
@@ -202,4 +204,8 @@ def test_on_a_calibrated_cpu_the_schedule_drafts_where_the_server_measured_gains
     schedule = schedule_for(model, latency)
     assert drafted_for(schedule, 1) == 7 and drafted_for(schedule, 4) >= 2
     flat = replace(latency, speculative_step_factor_loaded=None)
-    assert drafted_for(schedule_for(model, flat), 4) == 0
+
+    def last_drafting(s):
+        return max(b for b in range(1, model.max_num_seqs + 1) if drafted_for(s, b) > 0)
+
+    assert last_drafting(schedule_for(model, flat)) < last_drafting(schedule)

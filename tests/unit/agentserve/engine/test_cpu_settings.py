@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 from agentserve.engine.cpu_info import CpuInfo, cpu_class, parse_cpuinfo
 from agentserve.engine.cpu_settings import (
+    SCHEDULE_OFF,
+    default_settings,
     engine_environment,
+    fitted_settings,
     iomp_library,
     omp_bind,
 )
@@ -155,3 +158,12 @@ def test_the_uni_executor_puts_one_cpu_worker_in_the_engine_core(monkeypatch):
     assert "distributed_executor_backend" not in vllm_args.engine_kwargs(gpu, "/m")
     monkeypatch.setenv("AGENTSERVE_CPU_EXECUTOR", "mp")
     assert "distributed_executor_backend" not in vllm_args.engine_kwargs(ModelSpec(), "/m")
+
+
+def test_fits_read_the_default_settings_with_the_schedule_on_or_off():
+    default = default_settings("avx512_bf16")
+    assert fitted_settings(default, "avx512_bf16")
+    assert fitted_settings(default + SCHEDULE_OFF, "avx512_bf16")
+    assert fitted_settings(None, "avx512_bf16")  # rows from before the labels
+    assert not fitted_settings("all-gomp", "avx512_bf16")  # another bundle: a comparison
+    assert not fitted_settings(default + "/float32", "avx512_bf16")  # a dtype variant
