@@ -48,7 +48,13 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct", help="bundled model or local HF dir")
     p.add_argument("--drafter", default=None, help="drafter dir (default: the shipped drafter)")
     p.add_argument("--methods", default="dflash,ngram", help="comma list (default: %(default)s)")
-    p.add_argument("--num-speculative-tokens", type=int, default=7, help="(default: %(default)s)")
+    p.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=4,
+        help="drafted tokens per step; a DFlash drafter refuses more than its block holds "
+        "(default: %(default)s, what the shipped drafter's block of 5 holds)",
+    )
     p.add_argument(
         "--settings",
         type=_settings,

@@ -28,6 +28,7 @@ from agentserve_bench.sampling_check import (
 )
 from transformers import AutoTokenizer
 
+from dflash.config import DFlashConfig
 from dflash.train.prompts import chat_prompt_ids
 
 pytestmark = pytest.mark.slow
@@ -43,7 +44,8 @@ def records():
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [chat_prompt_ids(tokenizer, text) for text in CHECK_PROMPTS[:2]]
     drafter = str(shipped_drafter(BUNDLED_MODEL))
-    configs = method_configs(["ngram", "hybrid"], model_dir, drafter, 7)
+    k = min(7, DFlashConfig.load(drafter).num_draft_tokens)  # what its block holds
+    configs = method_configs(["ngram", "hybrid"], model_dir, drafter, k)
     # eager (no torch.compile): 30 s engine starts; the sampler under test is the same.
     # 48 samples per prompt (96 per method and setting): the faulty kernel's histograms
     # differ at p < 1e-6 with 128 and its samples score ~10 nats/token worse, far past noise

@@ -74,19 +74,25 @@ def _drafter_dir(model: ModelSpec) -> Path:
     return path
 
 
-def _check_dflash_drafter(model: ModelSpec, path: Path) -> None:
-    """Refuse, by field, a drafter checkpoint vLLM would run wrongly or more drafts than it
-    was trained to make (positions past its block are untrained guesses)."""
+def _check_dflash_drafter(model: ModelSpec, path: Path) -> int:
+    """The number of tokens to draft with this DFlash drafter: the spec's k, or, where the
+    spec leaves it unset, at most what the drafter's block holds (block_size - 1; a drafter
+    trained for a CPU's small blocks holds fewer than the default k). Refuses, by field, a
+    checkpoint vLLM would run wrongly or a k the spec sets past the block (positions past
+    its block are untrained guesses)."""
     try:
         cfg = DFlashConfig.load(path)
     except (ValueError, KeyError) as exc:
         raise DrafterMissingError(f"model {model.name!r}: drafter {path}: {exc}") from exc
     k = model.drafter.num_speculative_tokens
+    if "num_speculative_tokens" not in model.drafter.model_fields_set:
+        return min(k, cfg.num_draft_tokens)
     if k > cfg.num_draft_tokens:
         raise DrafterMissingError(
             f"model {model.name!r}: drafter.num_speculative_tokens {k} exceeds what drafter "
             f"{path} drafts per block (block_size {cfg.block_size} - 1 = {cfg.num_draft_tokens})"
         )
+    return k
 
 
 def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
@@ -102,7 +108,7 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
     if drafter.method in ("dflash", "hybrid", "eagle3"):
         config["model"] = str(_drafter_dir(model))
         if drafter.method in ("dflash", "hybrid"):
-            _check_dflash_drafter(model, Path(config["model"]))
+            config["num_speculative_tokens"] = _check_dflash_drafter(model, Path(config["model"]))
     elif drafter.method == "ngram":
         config["prompt_lookup_min"] = drafter.prompt_lookup_min
         config["prompt_lookup_max"] = drafter.prompt_lookup_max
@@ -112,8 +118,11 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
             "package (pip install arctic-inference) in the engine's environment"
         )
     if drafter.num_speculative_tokens_per_batch_size is not None:
+        most = config["num_speculative_tokens"]  # a schedule never drafts past it
         schedule = drafter.num_speculative_tokens_per_batch_size
-        config["num_speculative_tokens_per_batch_size"] = [tuple(r) for r in schedule]
+        config["num_speculative_tokens_per_batch_size"] = [
+            (start, end, min(k, most)) for start, end, k in schedule
+        ]
     return config
 
 

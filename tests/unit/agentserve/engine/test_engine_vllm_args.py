@@ -37,6 +37,27 @@ def test_drafter_checkpoint_is_checked_before_vllm_sees_it(drafter_dir):
         speculative_config(_model(enabled=True, path=str(drafter_dir)))
 
 
+def test_an_unset_k_drafts_what_the_drafters_block_holds():
+    """The shipped drafter's block holds 4 drafts, under the spec's default k of 7: a spec
+    that leaves k unset (the operator's and the tests' specs skip `up`'s resolve_drafters)
+    drafts 4, its schedule capped there; a k the spec sets past the block is refused."""
+    from agentserve.drafters import BUNDLED_DRAFTER_DIR
+    from dflash.config import DFlashConfig
+
+    most = DFlashConfig.load(BUNDLED_DRAFTER_DIR).num_draft_tokens
+    assert most < 7  # the premise: a block smaller than the spec's default k
+    for method in ("dflash", "hybrid"):
+        cfg = speculative_config(_model(enabled=True, method=method))
+        assert cfg["num_speculative_tokens"] == most
+    scheduled = _model(enabled=True, num_speculative_tokens_per_batch_size=[[1, 1, 7], [2, 8, 2]])
+    assert speculative_config(scheduled)["num_speculative_tokens_per_batch_size"] == [
+        (1, 1, most),
+        (2, 8, 2),
+    ]
+    with pytest.raises(DrafterMissingError, match="num_speculative_tokens 7 exceeds"):
+        speculative_config(_model(enabled=True, num_speculative_tokens=7))
+
+
 def test_missing_drafter_dir_is_a_clear_error(tmp_path):
     with pytest.raises(DrafterMissingError, match="train-drafter"):
         speculative_config(_model(enabled=True, path=str(tmp_path / "missing")))
