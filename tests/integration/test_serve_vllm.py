@@ -55,8 +55,11 @@ def test_chat_completions_models(client):
 def test_stream_is_incremental_with_usage_last(client):
     stream = client.chat.completions.create(
         model=BUNDLED_MODEL,
-        messages=[{"role": "user", "content": "Count from one to ten."}],
-        max_tokens=40,
+        # greedy, and long enough to span several stream intervals (the replica coalesces
+        # tokens per 100 ms): a sampled reply may stop after a few tokens
+        messages=[{"role": "user", "content": "Count from one to fifty, in words."}],
+        max_tokens=160,
+        temperature=0,
         stream=True,
         stream_options={"include_usage": True},
     )

@@ -42,6 +42,7 @@ def test_an_unset_k_drafts_what_the_drafters_block_holds():
     that leaves k unset (the operator's and the tests' specs skip `up`'s resolve_drafters)
     drafts 4, its schedule capped there; a k the spec sets past the block is refused."""
     from agentserve.drafters import BUNDLED_DRAFTER_DIR
+
     from dflash.config import DFlashConfig
 
     most = DFlashConfig.load(BUNDLED_DRAFTER_DIR).num_draft_tokens
