@@ -24,6 +24,7 @@ from agentserve.drafters import (
     shipped_drafter,
 )
 from agentserve.spec import BUNDLED_MODEL, DRAFTERLESS_METHODS, DeploymentSpec, spec_from_dict
+from agentserve.spec.drafter import tokens_for_block
 from agentserve.speculation_choice import Choice
 from dflash.config import DFlashConfig
 
@@ -106,7 +107,7 @@ def _fit_tokens_to_block(model, entry: dict, shipped: Callable[[str], Path | Non
     drafter = entry["drafter"]
     if not drafter.get("enabled") or drafter.get("method") not in ("dflash", "hybrid"):
         return
-    if model.engine != "vllm" or "num_speculative_tokens" in model.drafter.model_fields_set:
+    if model.engine != "vllm":
         return
     path = Path(drafter["path"]) if drafter.get("path") else shipped(model.source)
     if path is None or not (path / "config.json").is_file():
@@ -115,7 +116,11 @@ def _fit_tokens_to_block(model, entry: dict, shipped: Callable[[str], Path | Non
         most = DFlashConfig.load(path).num_draft_tokens
     except (ValueError, KeyError):
         return  # refused by field when the engine's arguments are built
-    drafter["num_speculative_tokens"] = min(drafter["num_speculative_tokens"], most)
+    drafter["num_speculative_tokens"] = tokens_for_block(
+        drafter["num_speculative_tokens"],
+        "num_speculative_tokens" in model.drafter.model_fields_set,
+        most,
+    )
 
 
 def resolve_drafters(

@@ -157,6 +157,12 @@ def run(args: argparse.Namespace) -> int:
     if choice:
         records.append({**choice, **common})
         print(f"choice for {cpu.cpu_class}: {'compile' if choice['compile'] else 'eager'} {choice}")
+    # the class's scale-up rows come from `bench autoscale-live` (live_scale_up): kept
+    old = json.loads(path.read_text()) if path.exists() else []
+    records += [
+        r for r in old
+        if r.get("kind") == "scale_up" and r.get("machine", {}).get("cpu_class") == cpu.cpu_class
+    ]  # fmt: skip
     write_machine_rows(args.docs, "startup", records, cpu.cpu_class, startup_section)
     return 0
 
@@ -191,6 +197,7 @@ def startup_section(rows: list[dict[str, Any]]) -> str:
             f"| {cpu} | {r['compile']} | {r['kind']} | {r['ready_s']} | {phases} "
             f"| {decode} | {ttft} |"
         )
+    lines += _scale_up_lines(rows)
     for r in rows:
         if r["kind"] == "choice":
             mode = "compile" if r["compile"] else "eager"
@@ -201,6 +208,31 @@ def startup_section(rows: list[dict[str, Any]]) -> str:
                 f"rule: {r['rule']}). `agentserve.engine.cpu_settings.COMPILE_BY_CPU` holds it."
             )
     return "\n".join(lines) + "\n"
+
+
+_SCALE_UP_PHASES = ("to_starting", "starting_to_ready", "first_token")
+
+
+def _scale_up_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The scale-up rows (`agentserve bench autoscale-live`, live_scale_up.py) as a table."""
+    ups = [r for r in rows if r["kind"] == "scale_up"]
+    if not ups:
+        return []
+    lines = [
+        "\nScale-up replicas, from `agentserve bench autoscale-live` (the SLA policy adds a "
+        "replica beside one serving the trace; seconds from the policy's decision, "
+        "agentserve_bench/autoscale/live_scale_up.py):\n",
+        "| CPU | mode | live phase | date | ready s | " + " | ".join(_SCALE_UP_PHASES)
+        + " | first token s |",
+        "|---|---|---|---|---|" + "---|" * len(_SCALE_UP_PHASES) + "---|",
+    ]  # fmt: skip
+    for r in ups:
+        phases = " | ".join(str(r["phases"].get(p, "-")) for p in _SCALE_UP_PHASES)
+        lines.append(
+            f"| {r['machine']['cpu_class']} | {r['compile']} | {r['live_phase']} | {r['date']} "
+            f"| {r['ready_s']} | {phases} | {r['first_token_s']} |"
+        )
+    return lines
 
 
 def _modes(text: str) -> list[str]:

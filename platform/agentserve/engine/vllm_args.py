@@ -18,6 +18,7 @@ from agentserve.engine.cpu_settings import compile_on_cpu, cpu_executor
 from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
 from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
+from agentserve.spec.drafter import tokens_for_block
 from dflash.config import DFlashConfig
 
 __all__ = [
@@ -84,9 +85,12 @@ def _check_dflash_drafter(model: ModelSpec, path: Path) -> int:
         cfg = DFlashConfig.load(path)
     except (ValueError, KeyError) as exc:
         raise DrafterMissingError(f"model {model.name!r}: drafter {path}: {exc}") from exc
-    k = model.drafter.num_speculative_tokens
-    if "num_speculative_tokens" not in model.drafter.model_fields_set:
-        return min(k, cfg.num_draft_tokens)
+    drafter = model.drafter
+    k = tokens_for_block(
+        drafter.num_speculative_tokens,
+        "num_speculative_tokens" in drafter.model_fields_set,
+        cfg.num_draft_tokens,
+    )
     if k > cfg.num_draft_tokens:
         raise DrafterMissingError(
             f"model {model.name!r}: drafter.num_speculative_tokens {k} exceeds what drafter "

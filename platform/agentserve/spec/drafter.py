@@ -123,6 +123,14 @@ class DrafterSpec(_Spec):
         return self
 
 
+def tokens_for_block(tokens: int, set_by_spec: bool, block_tokens: int) -> int:
+    """The tokens to draft with a DFlash drafter whose block holds `block_tokens`
+    (block_size - 1): `tokens` as the spec sets it (the engine's arguments check it against
+    the block), or, left unset, at most what the block holds (a drafter trained for a
+    CPU's small blocks serves instead of being refused for the default k)."""
+    return tokens if set_by_spec else min(tokens, block_tokens)
+
+
 def check_speculation_schedule(schedule: list[list[int]], num_speculative_tokens: int) -> None:
     """Raise ValueError unless `schedule` satisfies vLLM 0.32's rules for
     num_speculative_tokens_per_batch_size (vllm/v1/spec_decode/dynamic/utils.py): entries

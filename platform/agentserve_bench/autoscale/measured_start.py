@@ -2,11 +2,13 @@
 (`agentserve bench startup`, agentserve_bench/startup.py), for the engine it simulates.
 
 A simulated scale-up starts a replica beside one that already started, so its caches (the
-converted model, vLLM's CPU compile cache) are warm. The figure is the largest `ready_s`
-of the engine's "scale_up" rows, else of its "restart" rows (a fresh Ray cluster with warm
-caches: Ray's own start, a few seconds, included), else of its "first_start" rows; on
-each kind of CPU only the rows of the compile mode it chose (its "choice" row), every mode
-where it has none. The largest, as the live adapter plans with the largest report.
+converted model, vLLM's CPU compile cache) are warm. Per kind of CPU,
+the largest `ready_s` of the engine's "scale_up" rows (`agentserve bench autoscale-live`:
+from the policy's decision to the new replica running beside a serving one), else of its
+"restart" rows (a fresh Ray cluster with warm caches: Ray's own start, a few seconds,
+included), else of its "first_start" rows; only the rows of the compile mode the kind
+chose (its "choice" row), every mode where it has none. The figure is the largest over
+the kinds, as the live adapter plans with the largest report.
 """
 
 from __future__ import annotations
@@ -50,11 +52,15 @@ def scale_up_start_s(rows: list[Mapping[str, Any]], engine: str = "vllm") -> flo
         return r.get("engine") == engine and chosen.get(cpu, r.get("compile")) == r.get("compile")
 
     starts = [r for r in rows if counted(r) and "ready_s" in r]
-    for kind in SCALE_UP_KINDS:
-        ready = [float(r["ready_s"]) for r in starts if r.get("kind") == kind]
-        if ready:
-            return max(ready)
-    return None
+    per_class = []
+    for cpu in {r.get("machine", {}).get("cpu_class") for r in starts}:
+        mine = [r for r in starts if r.get("machine", {}).get("cpu_class") == cpu]
+        for kind in SCALE_UP_KINDS:
+            ready = [float(r["ready_s"]) for r in mine if r.get("kind") == kind]
+            if ready:
+                per_class.append(max(ready))
+                break
+    return max(per_class, default=None)
 
 
 def engine_start_s(engine: str = "vllm", path: Path | None = None) -> float:

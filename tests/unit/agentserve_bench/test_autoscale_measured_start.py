@@ -49,6 +49,8 @@ CASES = [
     ("every mode without a choice", [row("restart", 42.4), row("restart", 50.0, "eager")], 50.0),
     ("other engines' rows do not count", [row("restart", 42.4, engine="other")], None),
     ("served rows have no start", [SERVED], None),
+    ("each kind its closest start, the largest kind", [row("restart", 49.0), row("scale_up", 28.9, machine=ARM), row("restart", 28.8, machine=ARM)], 49.0),
+    ("a slow scale-up beside a fast restart", [row("restart", 49.0), row("scale_up", 61.0, machine=ARM)], 61.0),
 ]
 # fmt: on
 
