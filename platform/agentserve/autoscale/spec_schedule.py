@@ -72,10 +72,14 @@ def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]
         if r.get("path") == "served" and r.get("server") == "agentserve" and r.get("tau")
         and r["method"] != "none" and r["tau"] > 1.0
     ]  # fmt: skip
-    off = {r["method"] for r in rows if str(r.get("settings", "")).endswith(SCHEDULE_OFF)}
+
+    def schedule_off(r: dict) -> bool:
+        return str(r.get("settings", "")).endswith(SCHEDULE_OFF)
+
+    off = {r["method"] for r in rows if schedule_off(r)}
     by: dict[str, dict[int, list[float]]] = {}
     for r in rows:
-        if r["method"] in off and not str(r.get("settings", "")).endswith(SCHEDULE_OFF):
+        if r["method"] in off and not schedule_off(r):
             continue
         alpha = alpha_from_tau(r["tau"], r["num_speculative_tokens"])
         by.setdefault(r["method"], {}).setdefault(r["concurrency"], []).append(alpha)
