@@ -46,8 +46,8 @@ __all__ = [
 # kinds of CPU with both figures (served_factors over
 # docs/benchmarks/calibration.json and speculative.json with the shipped drafter's
 # draft fraction, at concurrency 1 and at LOADED_BATCH; a unit test holds these equal)
-SERVED_FACTOR: dict[str, float] = {"ngram": 0.595, "dflash": 0.793, "hybrid": 0.761}
-SERVED_FACTOR_LOADED: dict[str, float] = {"ngram": 0.713, "dflash": 0.701, "hybrid": 0.832}
+SERVED_FACTOR: dict[str, float] = {"ngram": 0.562, "dflash": 0.747, "hybrid": 0.721}
+SERVED_FACTOR_LOADED: dict[str, float] = {"ngram": 0.713, "dflash": 0.793, "hybrid": 0.807}
 
 MIN_GAIN = 1.15  # speculation must be predicted this much faster than plain at batch 1
 NOMINAL_PROMPT, NOMINAL_OUTPUT = 512, 128  # an agent turn: tool results in, a reply out
@@ -105,19 +105,28 @@ def served_factors(
     predicted from the profile of the same kind of machine at that batch, with the row's
     own tau and the method's `draft_fraction` (as `choose` predicts it: the drafting is in
     the prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at
-    1 (only ever a correction downwards). Methods with no pair are absent."""
-    from agentserve.engine.cpu_settings import fitted_settings
+    1 (only ever a correction downwards). Methods with no pair are absent. Where a method
+    has schedule-off rows on a kind of CPU, only those count there, as in
+    spec_schedule.acceptance_from_served: under the schedule a row's k and tau describe
+    only the batches that drafted."""
+    from agentserve.engine.cpu_settings import fitted_settings, schedule_off
 
     draft_fraction = draft_fraction or {}
     by_class = {p["machine"]["cpu_class"]: p for p in profiles}
+    usable = [
+        r for r in records
+        if r.get("path") == "served" and r.get("server") == "agentserve"
+        and (r.get("machine") or {}).get("cpu_class") in by_class
+        and r.get("method") not in (None, "none") and r.get("concurrency") == concurrency
+        and r.get("tau") and fitted_settings(r.get("settings"), r["machine"]["cpu_class"])
+    ]  # fmt: skip
+    off = {
+        (r["machine"]["cpu_class"], r["method"]) for r in usable if schedule_off(r.get("settings"))
+    }
     out: dict[str, float] = {}
-    for r in records:
-        machine = (r.get("machine") or {}).get("cpu_class")
-        if r.get("path") != "served" or r.get("server") != "agentserve" or machine not in by_class:
-            continue
-        if r.get("method") in (None, "none") or r.get("concurrency") != concurrency:
-            continue
-        if not r.get("tau") or not fitted_settings(r.get("settings"), machine):
+    for r in usable:
+        machine = r["machine"]["cpu_class"]
+        if (machine, r["method"]) in off and not schedule_off(r.get("settings")):
             continue
         profile, k = by_class[machine], int(r["num_speculative_tokens"])
         if (

@@ -50,8 +50,8 @@ __all__ = [
 # assumption.
 MEASURED_ACCEPTANCE: dict[str, tuple[float, float]] = {
     "ngram": (0.843, 0.063),
-    "dflash": (0.405, 0.0),
-    "hybrid": (0.698, 0.0),  # n-gram and DFlash drafts together, at the engine's k
+    "dflash": (0.472, 0.0),
+    "hybrid": (0.714, 0.0),  # n-gram and DFlash drafts together, at the engine's k
 }
 
 
@@ -64,7 +64,7 @@ def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]
     count: they drafted the record's k at every batch, where the schedule may have drafted
     fewer, or none (a method whose fitted acceptance says drafting does not pay is never
     measured drafting under it, so its fit could not move otherwise)."""
-    from agentserve.engine.cpu_settings import SCHEDULE_OFF
+    from agentserve.engine.cpu_settings import schedule_off
 
     rows = [
         r
@@ -73,13 +73,10 @@ def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]
         and r["method"] != "none" and r["tau"] > 1.0
     ]  # fmt: skip
 
-    def schedule_off(r: dict) -> bool:
-        return str(r.get("settings", "")).endswith(SCHEDULE_OFF)
-
-    off = {r["method"] for r in rows if schedule_off(r)}
+    off = {r["method"] for r in rows if schedule_off(r.get("settings"))}
     by: dict[str, dict[int, list[float]]] = {}
     for r in rows:
-        if r["method"] in off and not schedule_off(r):
+        if r["method"] in off and not schedule_off(r.get("settings")):
             continue
         alpha = alpha_from_tau(r["tau"], r["num_speculative_tokens"])
         by.setdefault(r["method"], {}).setdefault(r["concurrency"], []).append(alpha)

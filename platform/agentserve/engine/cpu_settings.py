@@ -66,6 +66,7 @@ __all__ = [
     "iomp_library",
     "normal_priority",
     "omp_bind",
+    "schedule_off",
 ]
 
 BIND_POLICIES = ("reserve", "all", "auto")
@@ -154,6 +155,13 @@ def default_settings(cpu_class: str | None = None) -> str:
 # speculative-served --schedule off`): what a method's drafts are worth, whatever schedule
 # its current fits would give it
 SCHEDULE_OFF = "/schedule-off"
+
+
+def schedule_off(label: str | None) -> bool:
+    """Whether a served row labelled `label` drafted k at every batch (SCHEDULE_OFF). Under
+    the schedule a row's k and tau describe only the batches that drafted: a row drafting
+    nothing at batch 4 still reports the k and the tau of its batch-1 steps."""
+    return str(label or "").endswith(SCHEDULE_OFF)
 
 
 def fitted_settings(label: str | None, cpu_class: str | None) -> bool:

@@ -17,7 +17,7 @@ from agentserve.drafters import (
     DEFAULT_SPECULATION_TOKENS,
     rows_of_shipped_drafter,
 )
-from agentserve.engine.cpu_settings import fitted_settings
+from agentserve.engine.cpu_settings import SCHEDULE_OFF, default_settings, fitted_settings
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
 from agentserve.speculation_choice import (
@@ -216,3 +216,28 @@ def test_measured_cpus_and_flags_do_not_calibrate(monkeypatch):
     spec, _ = spec_defaults.resolve_drafters(DeploymentSpec(), decisions=decisions)
     assert not spec.models[0].drafter.enabled
     assert decisions[spec.models[0].name]["decided_by"] == "no figures"
+
+
+def test_served_factors_read_a_methods_schedule_off_rows_where_it_has_them():
+    """Under the schedule a row's k and tau are those of the batches that drafted: a c=4
+    row that drafted nothing at batch 4 still reports k=3 and its batch-1 tau, and divided
+    by the speedup predicted for k=3 at that tau gave DFlash a loaded factor of 0.36. Where
+    a method has rows drafting k at every batch on that kind of CPU, only those count."""
+    profile = _flat_profile(decode_ms=10.0, verify_ms=12.0)
+    machine = {"cpu_class": profile["machine"]["cpu_class"]}
+    dtype = next(iter(profile["dtypes"]))
+
+    def row(method, settings, speedup, tau):
+        return {"path": "served", "server": "agentserve", "machine": machine, "dtype": dtype,
+                "method": method, "concurrency": 4, "num_speculative_tokens": 3,
+                "settings": settings, "tau": tau, "speedup_vs_plain": speedup}  # fmt: skip
+
+    default = default_settings(machine["cpu_class"])
+    scheduled = row("dflash", default, 0.85, 3.3)
+    off = row("dflash", default + SCHEDULE_OFF, 1.0, 1.8)
+    ngram = row("ngram", default, 1.5, 3.0)
+    alone = served_factors([profile], [scheduled, ngram], concurrency=4)
+    both = served_factors([profile], [scheduled, off, ngram], concurrency=4)
+    predicted = predicted_speedup(profile, dtype, 4, 3, 1.8)
+    assert both["dflash"] == round(1.0 / predicted, 3) > alone["dflash"]
+    assert both["ngram"] == alone["ngram"]  # a method without schedule-off rows keeps its own
