@@ -22,6 +22,7 @@ scale-up (a bench artifact: on a node, a model's replicas share one environment 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -52,8 +53,9 @@ def scale_up_episodes(phase: Mapping[str, Any]) -> list[dict[str, float]]:
     of the decision (None without a logged one), STARTING and RUNNING, and the time to
     first token of the first request sent after RUNNING (None when none came) (pure)."""
     points = phase["timeline"]
-    t0_wall = phase.get("t0_wall")
-    decisions = [t - t0_wall for t in decision_times(phase.get("policy_decisions", []))]
+    t0_wall = phase.get("t0_wall")  # reports from before it was recorded: no decisions
+    logged = decision_times(phase.get("policy_decisions", [])) if t0_wall is not None else []
+    decisions = [t - t0_wall for t in logged]
     records = [r for r in phase.get("records", []) if r.get("ttft_ms") is not None]
     episodes, start = [], None
     for point in points:
@@ -63,7 +65,7 @@ def scale_up_episodes(phase: Mapping[str, Any]) -> list[dict[str, float]]:
             starting, running = start[0], point["t_s"]
             # the decision Ray acted on: the last one logged before the replica showed up
             # (t0_wall is taken before the first poll, so a decision may lead it slightly)
-            decided = [d for d in decisions if d <= starting + 1.0] if t0_wall else []
+            decided = [d for d in decisions if d <= starting + 1.0]
             after = [r for r in records if r["arrival_s"] >= running]
             first = min(after, key=lambda r: r["arrival_s"], default=None)
             episodes.append({
@@ -105,8 +107,6 @@ def scale_up_rows(report: Mapping[str, Any], common: Mapping[str, Any]) -> list[
 def record_scale_ups(rows: list[dict[str, Any]], cpu_class: str, docs: Path) -> Path:
     """Replace this kind of CPU's "scale_up" rows of docs/benchmarks/startup.json with
     `rows` (the startup benchmark's rows stay) and rewrite its docs section."""
-    import json
-
     from agentserve_bench.report import replace_section
     from agentserve_bench.startup import startup_section
 
