@@ -23,7 +23,13 @@ from agentserve.drafters import (
     machine_class,
     shipped_drafter,
 )
-from agentserve.spec import BUNDLED_MODEL, DRAFTERLESS_METHODS, DeploymentSpec, spec_from_dict
+from agentserve.spec import (
+    BUNDLED_MODEL,
+    DFLASH_METHODS,
+    DRAFTERLESS_METHODS,
+    DeploymentSpec,
+    spec_from_dict,
+)
 from agentserve.spec.drafter import tokens_for_block
 from agentserve.speculation_choice import Choice
 from dflash.config import DFlashConfig
@@ -84,7 +90,7 @@ def with_default_drafters(
                 )
             continue
         if (
-            method in ("dflash", "hybrid")
+            method in DFLASH_METHODS
             and model.drafter.path is None
             and shipped(model.source) is None
         ):
@@ -105,7 +111,7 @@ def _fit_tokens_to_block(model, entry: dict, shipped: Callable[[str], Path | Non
     serves under `--speculation dflash` instead of being refused for the spec's default k.
     A k the spec sets is kept (and refused later if the block cannot hold it)."""
     drafter = entry["drafter"]
-    if not drafter.get("enabled") or drafter.get("method") not in ("dflash", "hybrid"):
+    if not drafter.get("enabled") or drafter.get("method") not in DFLASH_METHODS:
         return
     if model.engine != "vllm":
         return

@@ -47,7 +47,7 @@ from agentserve.autoscale.model import (
     fit,
 )
 from agentserve.drafters import BUNDLED_DRAFTER_DIR
-from agentserve.spec import BUNDLED_MODEL, ModelSpec
+from agentserve.spec import BUNDLED_MODEL, DFLASH_METHODS, ModelSpec
 from agentserve.speculation_choice import drafter_fraction, speculative_step_factor
 
 __all__ = [
@@ -91,7 +91,7 @@ def _from_terms(
 ) -> LatencyModel:
     base_ms, knee, per_token = terms
     # the drafting cost of DFlash: the shipped drafter's, whose acceptance the model uses too
-    uses_drafter = method in ("dflash", "hybrid")  # hybrid runs the drafter every step
+    uses_drafter = method in DFLASH_METHODS
     draft = (drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0) if uses_drafter else 0.0
     return dataclasses.replace(
         base,
@@ -102,6 +102,7 @@ def _from_terms(
         speculative_step_factor_loaded=(
             round(speculative_step_factor(method, draft, True), 4) if method else None
         ),
+        drafter_every_step=uses_drafter,
     )
 
 

@@ -8,7 +8,8 @@ accepted with probability alpha(b) = alpha_1 - alpha_drop_per_doubling * log2(b)
 mean tokens emitted per verify step is tau = (1 - alpha^(k+1)) / (1 - alpha).
 Time per output token (TPOT) = step_ms / tau. A step that verifies drafted tokens costs
 `speculative_step_factor` times the roofline (1.0 where the roofline was fitted from whole
-engine steps; more where it comes from GEMM step costs: autoscale/calibrated_model.py).
+engine steps; more where it comes from GEMM step costs: autoscale/calibrated_model.py); so
+does a step with no draft where the drafter runs on every step (`drafter_every_step`).
 """
 
 from __future__ import annotations
@@ -95,12 +96,16 @@ class LatencyModel:
     # the same at batch >= LOADED_FACTOR_BATCH (None: the same as at batch 1), in between
     # by log2 of the batch: vLLM's fixed cost per speculative step weighs less in a batch
     speculative_step_factor_loaded: float | None = None
+    # the engine's drafter runs on every step, drafting or not (DFlash, hybrid: it must see
+    # every accepted token), so a step with no draft costs a speculative step too
+    drafter_every_step: bool = False
 
     def step_ms(self, batch: int, drafted: int = 0) -> float:
         """One decode step of `batch` sequences each verifying 1 + `drafted` tokens."""
         tokens = batch * (1 + drafted)
         roofline = self.base_ms + self.per_token_ms * max(0.0, tokens - self.knee_tokens)
-        return roofline * (self.step_factor(batch) if drafted > 0 else 1.0)
+        speculative = drafted > 0 or self.drafter_every_step
+        return roofline * (self.step_factor(batch) if speculative else 1.0)
 
     def step_factor(self, batch: int) -> float:
         """What a speculative step of `batch` sequences costs beyond its roofline."""

@@ -26,6 +26,7 @@ from agentserve.autoscale.calibrated_model import calibrated_latency_model
 from agentserve.autoscale.model import LatencyModel, alpha_from_tau, speculation_schedule
 from agentserve.spec import (
     BUNDLED_MODEL,
+    DFLASH_METHODS,
     DeploymentSpec,
     DrafterSpec,
     ModelNotInSpecError,
@@ -106,7 +107,8 @@ def latency_model_for(model: ModelSpec, machine: str | None = None) -> LatencyMo
     if model.engine != "vllm" or model.source != BUNDLED_MODEL:
         return None
     acceptance = MEASURED_ACCEPTANCE.get(model.drafter.method) if model.drafter.enabled else None
-    base = LatencyModel()
+    drafting = model.drafter.enabled and model.drafter.method in DFLASH_METHODS
+    base = LatencyModel(drafter_every_step=drafting)
     if acceptance is not None:
         base = dataclasses.replace(
             base, alpha_1=acceptance[0], alpha_drop_per_doubling=acceptance[1]

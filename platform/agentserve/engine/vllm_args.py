@@ -18,7 +18,7 @@ from agentserve.engine.cpu_settings import compile_on_cpu, cpu_executor
 from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
 from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
-from agentserve.spec.drafter import tokens_for_block
+from agentserve.spec.drafter import DFLASH_METHODS, tokens_for_block
 from dflash.config import DFlashConfig
 
 __all__ = [
@@ -111,7 +111,7 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
     }
     if drafter.method in ("dflash", "hybrid", "eagle3"):
         config["model"] = str(_drafter_dir(model))
-        if drafter.method in ("dflash", "hybrid"):
+        if drafter.method in DFLASH_METHODS:
             config["num_speculative_tokens"] = _check_dflash_drafter(model, Path(config["model"]))
     elif drafter.method == "ngram":
         config["prompt_lookup_min"] = drafter.prompt_lookup_min

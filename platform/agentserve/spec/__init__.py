@@ -28,6 +28,7 @@ from agentserve.spec.deployment import (
     spec_json_schema,
     to_yaml,
 )
+from agentserve.spec.drafter import DFLASH_METHODS as DFLASH_METHODS
 from agentserve.spec.drafter import DRAFTERLESS_METHODS as DRAFTERLESS_METHODS
 from agentserve.spec.drafter import DrafterSpec as DrafterSpec
 from agentserve.spec.drafter import check_speculation_schedule as check_speculation_schedule

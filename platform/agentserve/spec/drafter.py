@@ -13,6 +13,10 @@ from agentserve.spec.base import _revision_field, _Spec
 DRAFTERLESS_METHODS = ("ngram", "suffix", "mtp")
 """Speculative methods that draft without a separate drafter model."""
 
+DFLASH_METHODS = ("dflash", "hybrid")
+"""Methods whose engine runs a DFlash drafter on every step (hybrid: under its n-gram
+drafts too, since the drafter must see every accepted token)."""
+
 
 class DrafterSpec(_Spec):
     """Speculative decoding drafter for one model (vLLM speculative_config)."""

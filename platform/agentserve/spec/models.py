@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from agentserve.engine.registry import BUILTIN_ENGINES, check_engine_name
 from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
 from agentserve.spec.base import _revision_field, _Spec
-from agentserve.spec.drafter import DrafterSpec
+from agentserve.spec.drafter import DFLASH_METHODS, DrafterSpec
 from agentserve.spec.replicas import ReplicaSpec
 
 SPEC_OWNED_ENGINE_ARGS = {
@@ -192,7 +192,7 @@ class ModelSpec(_Spec):
         if (
             drafter.enabled
             and drafter.path is None
-            and drafter.method in ("dflash", "hybrid")
+            and drafter.method in DFLASH_METHODS
             and self.source != BUNDLED_MODEL
         ):
             raise ValueError(

@@ -76,3 +76,19 @@ def test_schedule_only_drafts_where_it_pays():
             assert m.tpot_ms(b, k) <= m.tpot_ms(b, 0)
     assert drafted_for([(1, 2, 5), (3, 4, 0)], 2) == 5
     assert drafted_for([(1, 2, 5), (3, 4, 0)], 9) == 0
+
+
+def test_a_drafter_that_runs_every_step_makes_an_undrafted_step_cost_a_speculative_one():
+    # DFlash and hybrid engines run their drafter on every step: measured, a DFlash engine
+    # whose schedule drafted nothing at batch >= 4 was slower (0.88x plain) than one that
+    # drafted 3 there (0.96x), so no draft must not be priced as a plain step
+    shared = {"speculative_step_factor": 1.5, "alpha_1": 0.45, "alpha_drop_per_doubling": 0.0}
+    plain_priced = LatencyModel(**shared)
+    every_step = LatencyModel(**shared, drafter_every_step=True)
+    assert plain_priced.step_ms(4, 0) == LatencyModel().step_ms(4, 0)
+    assert every_step.step_ms(4, 0) == pytest.approx(1.5 * plain_priced.step_ms(4, 0))
+    assert every_step.step_ms(4, 3) == plain_priced.step_ms(4, 3)
+    # priced as plain, k=0 wins from batch 2; with the drafter's cost, drafting pays until
+    # the verified tokens make the step compute bound
+    assert speculation_schedule(plain_priced, 8, 3) == [(1, 1, 3), (2, 8, 0)]
+    assert speculation_schedule(every_step, 8, 3) == [(1, 1, 3), (2, 2, 2), (3, 6, 1), (7, 8, 0)]
