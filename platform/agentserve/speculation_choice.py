@@ -37,6 +37,7 @@ __all__ = [
     "choose",
     "choose_served",
     "drafter_fraction",
+    "factor_rows",
     "predicted_speedup",
     "served_factors",
     "speculative_step_factor",
@@ -46,7 +47,7 @@ __all__ = [
 # kinds of CPU with both figures (served_factors over
 # docs/benchmarks/calibration.json and speculative.json with the shipped drafter's
 # draft fraction, at concurrency 1 and at LOADED_BATCH; a unit test holds these equal)
-SERVED_FACTOR: dict[str, float] = {"ngram": 0.562, "dflash": 0.747, "hybrid": 0.721}
+SERVED_FACTOR: dict[str, float] = {"ngram": 0.532, "dflash": 0.747, "hybrid": 0.721}
 SERVED_FACTOR_LOADED: dict[str, float] = {"ngram": 0.713, "dflash": 0.793, "hybrid": 0.807}
 
 MIN_GAIN = 1.15  # speculation must be predicted this much faster than plain at batch 1
@@ -99,9 +100,9 @@ def served_factors(
     draft_fraction: Mapping[str, float] | None = None,
     concurrency: int = 1,
 ) -> dict[str, float]:
-    """{method: min over served agentserve rows at `concurrency` (under the engine settings
-    `agentserve up` applies on the row's kind of CPU, the speculation schedule on or off:
-    cpu_settings.fitted_settings) of measured speedup / speedup
+    """{method: min over the `factor_rows` at `concurrency` (served agentserve rows under the
+    engine settings `agentserve up` applies on the row's kind of CPU, the speculation
+    schedule on or off: cpu_settings.fitted_settings) of measured speedup / speedup
     predicted from the profile of the same kind of machine at that batch, with the row's
     own tau and the method's `draft_fraction` (as `choose` predicts it: the drafting is in
     the prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at
@@ -109,25 +110,11 @@ def served_factors(
     has schedule-off rows on a kind of CPU, only those count there, as in
     spec_schedule.acceptance_from_served: under the schedule a row's k and tau describe
     only the batches that drafted."""
-    from agentserve.engine.cpu_settings import fitted_settings, schedule_off
-
     draft_fraction = draft_fraction or {}
     by_class = {p["machine"]["cpu_class"]: p for p in profiles}
-    usable = [
-        r for r in records
-        if r.get("path") == "served" and r.get("server") == "agentserve"
-        and (r.get("machine") or {}).get("cpu_class") in by_class
-        and r.get("method") not in (None, "none") and r.get("concurrency") == concurrency
-        and r.get("tau") and fitted_settings(r.get("settings"), r["machine"]["cpu_class"])
-    ]  # fmt: skip
-    off = {
-        (r["machine"]["cpu_class"], r["method"]) for r in usable if schedule_off(r.get("settings"))
-    }
     out: dict[str, float] = {}
-    for r in usable:
+    for r in factor_rows(records, set(by_class), concurrency):
         machine = r["machine"]["cpu_class"]
-        if (machine, r["method"]) in off and not schedule_off(r.get("settings")):
-            continue
         profile, k = by_class[machine], int(r["num_speculative_tokens"])
         if (
             r.get("dtype") not in profile["dtypes"]
@@ -155,6 +142,30 @@ def speculative_step_factor(
         return 1.0
     factor = SERVED_FACTOR_LOADED.get(method, SERVED_FACTOR[method]) if loaded else None
     return (1.0 + draft_fraction) / (factor or SERVED_FACTOR[method])
+
+
+def factor_rows(
+    records: list[Mapping[str, Any]], cpu_classes: Collection[str], concurrency: int = 1
+) -> list[Mapping[str, Any]]:
+    """The served rows `served_factors` fits at `concurrency` on `cpu_classes`: agentserve's,
+    with a speculative method and a tau, under the settings `agentserve up` applies there;
+    only the schedule-off rows of a method on a kind of CPU where it has some."""
+    from agentserve.engine.cpu_settings import fitted_settings, schedule_off
+
+    usable = [
+        r for r in records
+        if r.get("path") == "served" and r.get("server") == "agentserve"
+        and (r.get("machine") or {}).get("cpu_class") in cpu_classes
+        and r.get("method") not in (None, "none") and r.get("concurrency") == concurrency
+        and r.get("tau") and fitted_settings(r.get("settings"), r["machine"]["cpu_class"])
+    ]  # fmt: skip
+    off = {
+        (r["machine"]["cpu_class"], r["method"]) for r in usable if schedule_off(r.get("settings"))
+    }
+    return [
+        r for r in usable
+        if schedule_off(r.get("settings")) or (r["machine"]["cpu_class"], r["method"]) not in off
+    ]  # fmt: skip
 
 
 def drafter_fraction(drafter_dir: Path | None) -> float | None:

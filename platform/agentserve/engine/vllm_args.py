@@ -157,6 +157,9 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         "enable_prefix_caching": model.enable_prefix_caching,
         "speculative_config": speculative_config(model),
         "disable_log_stats": False,  # spec-decode and latency counters feed metrics/autoscaling
+        # one output per stream_interval_tokens: fewer chunks built (vLLM's serving layer)
+        # and read (vllm_sse) in the replica; the replica coalesces messages anyway
+        "stream_interval": model.stream_interval_tokens if model.stream_interval_ms > 0 else 1,
         "allowed_media_domains": list(NO_REMOTE_MEDIA),
         **parallel_kwargs(model),
     }

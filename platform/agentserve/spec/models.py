@@ -36,6 +36,7 @@ SPEC_OWNED_ENGINE_ARGS = {
     "enable_sleep_mode": "replicas.sleep_when_idle_s",
     "tokenizer_revision": "revision",
     "download_dir": "(the Hugging Face cache: HF_HOME / AGENTSERVE_HF_HOME)",
+    "stream_interval": "stream_interval_tokens",
 }
 """vLLM engine arguments that a ModelSpec field decides: `engine_args` may not set them."""
 
@@ -144,6 +145,15 @@ class ModelSpec(_Spec):
         "stream_interval_ms), so the messages a replica sends per second stay about "
         "1000 / stream_interval_ms however many clients stream. Set it to "
         "stream_interval_ms for a fixed interval.",
+    )
+    stream_interval_tokens: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="vLLM engines: the engine hands a stream's output to the replica every "
+        "this many tokens (vLLM's stream_interval; the first token and the last at once), "
+        "so the replica builds and reads one chunk per interval instead of one per token. "
+        "Applies only while stream_interval_ms > 0 (with 0, every step's tokens go out).",
     )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,

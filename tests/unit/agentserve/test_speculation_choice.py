@@ -17,7 +17,7 @@ from agentserve.drafters import (
     DEFAULT_SPECULATION_TOKENS,
     rows_of_shipped_drafter,
 )
-from agentserve.engine.cpu_settings import SCHEDULE_OFF, default_settings, fitted_settings
+from agentserve.engine.cpu_settings import SCHEDULE_OFF, default_settings
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
 from agentserve.speculation_choice import (
@@ -29,6 +29,7 @@ from agentserve.speculation_choice import (
     choose,
     choose_served,
     drafter_fraction,
+    factor_rows,
     predicted_speedup,
     served_factors,
 )
@@ -131,14 +132,10 @@ def test_the_choice_predicts_the_served_speedup_it_was_corrected_by():
     by_class = {p["machine"]["cpu_class"]: p for p in _profiles()}
     for method, factor in SERVED_FACTOR.items():
         ratios = []  # corrected prediction / measured: at most 1, and 1 on the setting row
-        for r in rows:
-            profile = by_class.get((r.get("machine") or {}).get("cpu_class"))
-            if not (profile and r.get("path") == "served" and r.get("method") == method):
+        for r in factor_rows(rows, set(by_class)):  # the rows the factor is fitted to
+            if r["method"] != method:
                 continue
-            if r.get("server") != "agentserve" or r.get("concurrency") != 1 or not r.get("tau"):
-                continue
-            if not fitted_settings(r["settings"], profile["machine"]["cpu_class"]):
-                continue  # the factor is fitted to what `agentserve up` serves
+            profile = by_class[r["machine"]["cpu_class"]]
             k, frac = int(r["num_speculative_tokens"]), FRACTIONS[method]
             predicted = predicted_speedup(profile, r["dtype"], 1, k, float(r["tau"]), frac)
             ratios.append(factor * predicted / r["speedup_vs_plain"])

@@ -1,7 +1,13 @@
 """agentserve_bench/stream_interval.py: the two-model spec and the paired summary."""
 
 from agentserve.spec import DeploymentSpec
-from agentserve_bench.stream_interval import section, summarize, two_model_spec
+from agentserve_bench.stream_interval import (
+    TOKENS,
+    section,
+    summarize,
+    tokens_section,
+    two_model_spec,
+)
 
 
 def test_the_two_models_differ_only_in_their_cap():
@@ -54,3 +60,24 @@ def test_the_c1_ratio_is_the_control_the_others_are_read_against():
     summaries = summarize(rows, (100.0, 400.0))
     text = section([{**s, "machine": {"cpu_class": "amx"}} for s in summaries])
     assert "- `amx` c=4: decode 1.000x, throughput 1.091x" in text
+
+
+def test_tokens_compare_the_engines_stream_interval_in_their_own_table():
+    base = DeploymentSpec.model_validate({"models": [{"name": "m", "engine": "fake"}]})
+    spec, names = two_model_spec(base, (1, 8), TOKENS)
+    assert names == ["m-tokens1", "m-tokens8"]
+    a, b = spec.models
+    assert (a.stream_interval_tokens, b.stream_interval_tokens) == (1, 8)
+    skip = {"name", "stream_interval_tokens"}
+    assert a.model_dump(exclude=skip) == b.model_dump(exclude=skip)
+    rows = [
+        {"kind": "level", "round": 0, "tokens": t, "concurrency": 1, "decode_tokens_per_s": d,
+         "throughput_tokens_per_s": d, "ttft_ms_p50": 60.0}
+        for t, d in ((1, 90.0), (8, 99.0))
+    ]  # fmt: skip
+    (one,) = summarize(rows, (1, 8), TOKENS)
+    assert one["stream_tokens"] == [1, 8] and one["decode_tokens_per_s_ratio_median"] == 1.1
+    text = tokens_section([{**one, "machine": {"cpu_class": "amx"}}])
+    assert "| CPU | c | tokens |" in text
+    assert "| amx | 1 | 1 / 8 | 1 | 90.0 / 99.0 | 1.1x (1) |" in text
+    assert "Net of the control" not in text  # the token interval acts at c=1 too

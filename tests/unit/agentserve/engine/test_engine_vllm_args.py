@@ -24,6 +24,20 @@ def test_no_drafter_means_no_speculation():
     assert kwargs["disable_log_stats"] is False
 
 
+def test_the_engine_streams_every_few_tokens_while_the_replica_coalesces():
+    # the first and last token at once, then one output per stream_interval_tokens: the
+    # replica builds and reads one chunk per interval (measured 1.06-1.11x decode tok/s)
+    assert engine_kwargs(_model(), "/m")["stream_interval"] == 8
+    spec = {"models": [{"name": "m", "stream_interval_tokens": 3}]}
+    assert (
+        engine_kwargs(DeploymentSpec.model_validate(spec).models[0], "/m")["stream_interval"] == 3
+    )
+    spec = {"models": [{"name": "m", "stream_interval_ms": 0}]}  # every step, as asked
+    assert (
+        engine_kwargs(DeploymentSpec.model_validate(spec).models[0], "/m")["stream_interval"] == 1
+    )
+
+
 def test_dflash_drafter_maps_to_speculative_config(drafter_dir):
     cfg = speculative_config(_model(enabled=True, path=str(drafter_dir), num_speculative_tokens=15))
     assert cfg == {"method": "dflash", "model": str(drafter_dir), "num_speculative_tokens": 15}
@@ -131,6 +145,7 @@ def test_engine_args_reach_vllm_and_are_checked_against_its_fields():
     ("engine_args", "message"),
     [
         ({"max_model_len": 64}, "use that field instead"),
+        ({"stream_interval": 1}, "stream_interval_tokens"),
         ({"speculative_config": {}}, "from `drafter`"),
         ({"not a name": 1}, "is not a vLLM argument name"),
     ],
