@@ -26,7 +26,14 @@ from dflash.train.heldout import teacher_forced_acceptance
 from dflash.train.loss import OUT_OF_VOCAB, block_loss, position_weights
 from dflash.train.masks import IGNORE
 
-__all__ = ["TrainConfig", "init_from_target", "select_draft_vocab", "train", "warm_start_from"]
+__all__ = [
+    "TrainConfig",
+    "grown_layers",
+    "init_from_target",
+    "select_draft_vocab",
+    "train",
+    "warm_start_from",
+]
 
 
 @dataclass
@@ -73,13 +80,16 @@ def init_from_target(drafter: DFlashDrafter, target: TargetModel, layers: list[i
 def warm_start_from(drafter: DFlashDrafter, directory) -> bool:
     """Copy a saved drafter's weights (layers, fc, norms) into `drafter`; its own reduced
     head too when both heads cover the same draft vocabulary (else the head keeps its
-    initialisation). False, and nothing copied, when the shapes of the shared weights
-    differ (other layer count, feature layers or sizes)."""
+    initialisation). A drafter with more layers than the saved one is grown
+    (`grown_layers`): it starts out drafting exactly what the saved one does. False, and
+    nothing copied, when the shapes of the shared weights differ (fewer layers, other
+    feature layers or sizes)."""
     from dflash.export import load_drafter
 
     source = load_drafter(directory).state_dict()
     mine = drafter.state_dict()
     shared = {k: v for k, v in source.items() if k not in ("lm_head.weight", "d2t")}
+    shared = grown_layers(shared, _layer_count(mine))
     if any(k not in mine or mine[k].shape != v.shape for k, v in shared.items()):
         return False
     if any(k not in shared for k in mine if k not in ("lm_head.weight", "d2t")):
@@ -89,6 +99,30 @@ def warm_start_from(drafter: DFlashDrafter, directory) -> bool:
         shared["lm_head.weight"] = source["lm_head.weight"]
     drafter.load_state_dict(shared, strict=False)
     return True
+
+
+def _layer_count(state: dict[str, torch.Tensor]) -> int:
+    return len({key.split(".")[1] for key in state if key.startswith("layers.")})
+
+
+def grown_layers(state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
+    """A drafter's weights with layers appended up to `layers`, each a copy of its last
+    layer whose output projections (o_proj, down_proj) are zero: the added layers leave
+    the residual stream as it is, so the grown drafter computes what the saved one did
+    (function-preserving growth) and training goes on from its acceptance, not from
+    scratch. `state` itself when it has at least `layers` layers (or none)."""
+    have = _layer_count(state)
+    if not have or have >= layers:
+        return state
+    last = f"layers.{have - 1}."
+    out = dict(state)
+    for i in range(have, layers):
+        for key, value in state.items():
+            if key.startswith(last):
+                name = key[len(last) :]
+                zero = name in ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+                out[f"layers.{i}.{name}"] = torch.zeros_like(value) if zero else value.clone()
+    return out
 
 
 def _lr(cfg: TrainConfig, step: int, total: int | None = None) -> float:

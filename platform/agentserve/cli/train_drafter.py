@@ -11,6 +11,7 @@ Every stage skips work already on disk, so rerunning the command continues a sto
 from __future__ import annotations
 
 import argparse
+import json
 import random
 from pathlib import Path
 
@@ -252,18 +253,28 @@ def _warm_start(args: argparse.Namespace, drafter, target) -> None:
     if choice == "shipped":
         source = shipped_drafter(args.model)
         if source is not None and warm_start_from(drafter, source):
-            _note_warm_start(
-                args, f"the previously shipped drafter's weights ({card_line(source)})"
-            )
+            what = f"the previously shipped drafter's weights ({card_line(source)})"
+            _note_warm_start(args, what + _growth(source, args))
             return
         choice = "28,29"
     if choice and Path(choice).is_dir():
         if not warm_start_from(drafter, Path(choice)):
             raise ValueError(f"--init-from {choice}: drafter shape does not match")
-        _note_warm_start(args, f"drafter {choice} ({card_line(Path(choice))})")
+        _note_warm_start(
+            args, f"drafter {choice} ({card_line(Path(choice))}){_growth(Path(choice), args)}"
+        )
     elif choice:
         init_from_target(drafter, target, [int(i) for i in choice.split(",")])
         _note_warm_start(args, f"target layers {choice}")
+
+
+def _growth(source: Path, args: argparse.Namespace) -> str:
+    """ ", grown from N to M layers" when the drafter has more layers than `source`."""
+    try:
+        have = json.loads((source / "config.json").read_text())["num_hidden_layers"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    return f", grown from {have} to {args.layers} layers" if have < args.layers else ""
 
 
 def _note_warm_start(args: argparse.Namespace, what: str) -> None:

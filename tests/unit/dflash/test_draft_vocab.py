@@ -163,3 +163,26 @@ def test_warm_start_copies_the_reduced_head_when_the_draft_vocabulary_is_the_sam
     other = DFlashDrafter(small_head.config)
     other.set_draft_vocab(torch.arange(len(ids)), torch.zeros(VOCAB, small_head.config.hidden_size))
     assert warm_start_from(other, saved) and other.lm_head.weight.abs().sum() == 0
+
+
+def test_a_deeper_drafter_grows_from_a_saved_one_and_drafts_what_it_did(
+    tiny_drafter, tiny_target, tiny_hf, prompts, tmp_path
+):
+    from dataclasses import replace
+
+    from dflash.train.trainer import grown_layers, warm_start_from
+
+    saved = save_drafter(tiny_drafter, tmp_path / "shipped", dtype=torch.float32)
+    layers = tiny_drafter.config.num_hidden_layers
+    deeper = DFlashDrafter(replace(tiny_drafter.config, num_hidden_layers=layers + 1)).eval()
+    assert warm_start_from(deeper, saved)
+    added = deeper.layers[layers]
+    assert not added.self_attn.o_proj.weight.any() and not added.mlp.down_proj.weight.any()
+    torch.testing.assert_close(added.mlp.up_proj.weight, tiny_drafter.layers[-1].mlp.up_proj.weight)
+    # the added layer leaves the residual stream alone: the same drafts, so the same acceptance
+    before = generate(tiny_target, prompts, 24, drafter=tiny_drafter)
+    after = generate(tiny_target, prompts, 24, drafter=deeper)
+    assert after.tokens == before.tokens
+    assert after.stats.acceptance_lengths == before.stats.acceptance_lengths
+    assert grown_layers(tiny_drafter.state_dict(), layers) is not None  # nothing to grow
+    assert set(grown_layers({"fc.weight": torch.zeros(1)}, 3)) == {"fc.weight"}

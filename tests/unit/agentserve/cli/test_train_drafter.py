@@ -33,3 +33,15 @@ def test_a_fresh_work_dir_starts_from_the_committed_responses(tmp_path, capsys):
     (tmp_path / "responses.jsonl").write_text("")  # never overwrites an existing file
     restore_responses(args, tmp_path)
     assert (tmp_path / "responses.jsonl").read_text() == ""
+
+
+def test_the_warm_start_note_says_when_a_drafter_was_grown(tmp_path):
+    import argparse
+    import json
+
+    from agentserve.cli.train_drafter import _growth
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2}))
+    assert _growth(tmp_path, argparse.Namespace(layers=3)) == ", grown from 2 to 3 layers"
+    assert _growth(tmp_path, argparse.Namespace(layers=2)) == ""
+    assert _growth(tmp_path / "absent", argparse.Namespace(layers=3)) == ""
