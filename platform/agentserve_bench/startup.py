@@ -122,6 +122,7 @@ _HELLO = [{"role": "user", "content": "Say hello."}]
 def run(args: argparse.Namespace) -> int:
     from agentserve.engine.cpu_info import read_cpu_info
 
+    from agentserve_bench.autoscale.measured_start import is_scale_up
     from agentserve_bench.report import replace_section, write_machine_rows
     from agentserve_bench.served_client import workload_messages
     from agentserve_bench.speculative_served import bench_spec
@@ -159,10 +160,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"choice for {cpu.cpu_class}: {'compile' if choice['compile'] else 'eager'} {choice}")
     # the class's scale-up rows come from `bench autoscale-live` (live_scale_up): kept
     old = json.loads(path.read_text()) if path.exists() else []
-    records += [
-        r for r in old
-        if r.get("kind") == "scale_up" and r.get("machine", {}).get("cpu_class") == cpu.cpu_class
-    ]  # fmt: skip
+    records += [r for r in old if is_scale_up(r, cpu.cpu_class)]
     write_machine_rows(args.docs, "startup", records, cpu.cpu_class, startup_section)
     return 0
 

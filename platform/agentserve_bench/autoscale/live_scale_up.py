@@ -107,15 +107,13 @@ def scale_up_rows(report: Mapping[str, Any], common: Mapping[str, Any]) -> list[
 def record_scale_ups(rows: list[dict[str, Any]], cpu_class: str, docs: Path) -> Path:
     """Replace this kind of CPU's "scale_up" rows of docs/benchmarks/startup.json with
     `rows` (the startup benchmark's rows stay) and rewrite its docs section."""
+    from agentserve_bench.autoscale.measured_start import is_scale_up
     from agentserve_bench.report import replace_section
     from agentserve_bench.startup import startup_section
 
     path = Path(docs) / "benchmarks" / "startup.json"
     old = json.loads(path.read_text()) if path.exists() else []
-    kept = [
-        r for r in old
-        if not (r.get("kind") == "scale_up" and r.get("machine", {}).get("cpu_class") == cpu_class)
-    ]  # fmt: skip
+    kept = [r for r in old if not is_scale_up(r, cpu_class)]
     path.write_text(json.dumps(kept + rows, indent=1) + "\n")
     replace_section(Path(docs) / "benchmarks.md", "startup", startup_section(kept + rows))
     return path

@@ -22,7 +22,13 @@ from agentserve.autoscale.policy_types import DEFAULT_REPLICA_START_S
 
 from agentserve_bench.report import default_docs
 
-__all__ = ["SCALE_UP_KINDS", "engine_start_s", "scale_up_start_s", "startup_path"]
+__all__ = [
+    "SCALE_UP_KINDS",
+    "engine_start_s",
+    "is_scale_up",
+    "scale_up_start_s",
+    "startup_path",
+]
 
 SCALE_UP_KINDS = ("scale_up", "restart", "first_start")
 """startup.json's start kinds, the closest to a scale-up first."""
@@ -31,6 +37,11 @@ SCALE_UP_KINDS = ("scale_up", "restart", "first_start")
 def startup_path(docs: Path | None = None) -> Path:
     """Where `agentserve bench startup` writes its rows."""
     return (docs or default_docs()) / "benchmarks" / "startup.json"
+
+
+def is_scale_up(row: Mapping[str, Any], cpu_class: str) -> bool:
+    """Whether a startup.json row is a scale-up (`bench autoscale-live`) on `cpu_class`."""
+    return row.get("kind") == "scale_up" and row.get("machine", {}).get("cpu_class") == cpu_class
 
 
 def _chosen_modes(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
