@@ -67,3 +67,16 @@ def test_ray_serve_app_serves_chat_stream_and_errors(served):
         assert 'agentserve_spec_decode_drafts_total{model="org/m:1"}' in admin.get("/metrics").text
         assert "applications" in admin.get("/status").json()
         assert admin.get("/v1/models").status_code == 404
+
+
+def test_replica_counts_read_cheaply_agree_with_serve_status(served):
+    from agentserve.serve.status import current_status, replica_states
+
+    apps = current_status()["applications"]
+    assert apps, "no application"
+    for app, info in apps.items():
+        for name, dep in info["deployments"].items():
+            assert replica_states(app, name) == dep["replicas"], (app, name)
+    with httpx.Client(base_url="http://127.0.0.1:8766", timeout=60) as admin:
+        text = admin.get("/metrics").text  # the ingress reads the count the cheap way
+    assert 'agentserve_replicas_ready{model="org/m:1"} 1.0' in text

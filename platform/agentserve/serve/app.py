@@ -38,7 +38,7 @@ from agentserve.engine.registry import engine_class
 from agentserve.placement import replica_placement
 from agentserve.serve.names import INGRESS_NAME, QUOTA_NAME, deployment_name
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
-from agentserve.serve.status import add_status_route, current_status
+from agentserve.serve.status import add_status_route, replica_states
 from agentserve.spec import (
     DeploymentSpec,
     ModelSpec,
@@ -141,8 +141,7 @@ class HandleBackend:
 def _running_replicas(app: str, deployment: str) -> int | None:
     """RUNNING replicas of one deployment (a blocking call to the Serve controller)."""
     try:
-        status = current_status()
-        states = status["applications"][app]["deployments"][deployment]["replicas"]
+        states = replica_states(app, deployment)
     except Exception:  # unknown is not "cold": the ingress then waits without a bound
         log.warning("replica count of %s/%s unavailable", app, deployment, exc_info=True)
         return None
