@@ -19,7 +19,12 @@ from typing import Any
 
 from agentserve.autoscale.spec_schedule import with_speculation_schedule
 from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
-from agentserve.engine.hybrid_drafter import STATS_INTERVAL_S, proposer_rows, with_stats_path
+from agentserve.engine.hybrid_drafter import (
+    STATS_INTERVAL_S,
+    proposer_rows,
+    read_stats,
+    with_stats_path,
+)
 from agentserve.engine.vllm_args import (
     hybrid_config,
     shutdown_offline,
@@ -132,6 +137,7 @@ def _vllm_worker(
             for batch in batch_sizes:
                 before = spec_decode_counters(llm.get_metrics())
                 proposers_before = proposer_rows(stats_path)
+                steps_before = (read_stats(stats_path, "steps") if stats_path else None) or {}
                 outputs: list[list[int]] = []
                 start = time.perf_counter()
                 for i in range(0, len(prompts), batch):
@@ -182,6 +188,8 @@ def _vllm_worker(
                     cells[-1]["proposers"] = proposer_delta(
                         proposer_rows(stats_path), proposers_before
                     )
+                    steps = read_stats(stats_path, "steps") or {}  # with and without the block
+                    cells[-1]["steps"] = {k: n - steps_before.get(k, 0) for k, n in steps.items()}
     finally:
         shutdown_offline(llm)
         if stats_path:

@@ -101,6 +101,10 @@ def test_vllm_dflash_and_hybrid_greedy_are_token_identical_in_float32(float32_ce
         assert proposers["ngram"]["drafts"] > 0 and proposers["dflash"]["drafts"] > 0
         assert proposers["ngram"]["accepted_tokens"] > 0
         assert hybrid["tau"] > 1.0
+    # at batch 1 a step whose one request n-gram drafts skips DFlash's block forward (its
+    # context K/V still stored: the identity above holds across such steps)
+    steps = _cell(float32_cells, "hybrid", 1)["steps"]
+    assert steps["context_only"] > 0 and steps["block"] > 0
 
 
 def test_a_published_layout_drafter_stays_lossless_and_the_shipped_one_is_accepted(

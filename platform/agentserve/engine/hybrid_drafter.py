@@ -1,20 +1,21 @@
 """Hybrid drafting inside vLLM: n-gram prompt lookup where it finds a match, DFlash where not.
 
 vLLM 0.32 has no hybrid proposer, so the engine runs DFlash (`speculative_config` method
-"dflash") and this module wraps the model runner's `take_draft_token_ids`, which the
-engine core calls after every step to hand the drafts to the scheduler. By then the
-step's bookkeeping is done, so the runner's CPU token ids hold the tokens just accepted
-(vLLM refuses `disable_padded_drafter_batch` for DFlash, which would have given the same
-inside the step). DFlash has drafted every request in the step, as vLLM runs it: its
-drafter keeps context K/V from the target's hidden states and must see every accepted
-token. Then, per request, the n-gram draft (vLLM's own `NgramProposer` on those token ids)
-replaces DFlash's where prompt lookup finds a match, and DFlash's draft is cut to
-`dflash_tokens` where it does not. The target verifies either kind the same way, so the
-output stays the target's: DFlash drafts greedily here (`check_engine` refuses
-probabilistic drafting, whose draft probabilities would no longer match the tokens), and a
-greedy draft, n-gram or DFlash, is a point mass for the rejection sampler. Async
-scheduling (which hands drafts over inside the worker) must be off: CPU engines run
-without it, and the spec refuses it with hybrid.
+"dflash") and this module wraps the model runner's `take_draft_token_ids`, which the engine
+core calls after every step to hand the drafts to the scheduler. By then the step's
+bookkeeping is done, so the runner's CPU token ids hold the tokens just accepted (vLLM
+refuses `disable_padded_drafter_batch` for DFlash, which would have given the same inside
+the step). DFlash has drafted every request in the step, as vLLM runs it: its drafter keeps
+context K/V from the target's hidden states and must see every accepted token (on a step
+where prompt lookup matches for every request it stores that context only and skips its
+block forward: engine/hybrid_block.py). Then, per request, the n-gram draft (vLLM's own
+`NgramProposer` on those token ids) replaces DFlash's where prompt lookup finds a match, and
+DFlash's draft is cut to `dflash_tokens` where it does not. The target verifies either kind
+the same way, so the output stays the target's: DFlash drafts greedily here (`check_engine`
+refuses probabilistic drafting, whose draft probabilities would no longer match the tokens),
+and a greedy draft, n-gram or DFlash, is a point mass for the rejection sampler. Async
+scheduling (which hands drafts over inside the worker) must be off: CPU engines run without
+it, and the spec refuses it with hybrid.
 
 The engine asks for it with `additional_config={"agentserve_hybrid": {...}}` (see
 `vllm_args.hybrid_config`). `install()` runs from the vLLM plugin in every engine process
@@ -47,6 +48,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
+
+from agentserve.engine.hybrid_stats import proposer_rows, read_stats, request_counts
 
 __all__ = [
     "CONFIG_KEY",
@@ -99,6 +102,8 @@ class HybridDrafts:
     )
     pending: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     by_request: OrderedDict[str, dict[str, ProposerCounts]] = field(default_factory=OrderedDict)
+    context_only: bool = False  # this step's DFlash skipped its block (engine/hybrid_block.py)
+    steps: dict[str, int] = field(default_factory=lambda: {"block": 0, "context_only": 0})
     _written: float = 0.0
     _timer: threading.Timer | None = None
 
@@ -112,11 +117,14 @@ class HybridDrafts:
     ) -> list[list[int]]:
         """Drafts for `req_ids` (at batch rows `rows`; -1 = not in the batch): the n-gram
         draft where prompt lookup matched, else DFlash's first `dflash_tokens`. `dflash`
-        holds DFlash's drafts in the same order; their width is this step's k."""
+        holds DFlash's drafts in the same order; their width is this step's k. After a
+        context-only step they are placeholders: a request without a match drafts nothing."""
         self._settle(req_ids, rows, num_tokens_no_spec)
+        context_only, self.context_only = self.context_only, False
         k = max((len(d) for d in dflash), default=0)
         if not k:
             return dflash
+        self.steps["context_only" if context_only else "block"] += 1
         batch_size = max(rows, default=-1) + 1
         wanted = [[]] * batch_size  # NgramProposer looks up the rows with a sampled token
         for row in rows:
@@ -129,7 +137,8 @@ class HybridDrafts:
             if found:
                 draft, source = list(found), "ngram"
             else:
-                draft, source = list(drafted[: self.dflash_tokens]), "dflash"
+                draft = [] if context_only else list(drafted[: self.dflash_tokens])
+                source = "dflash"
             out.append(draft)
             if draft and row >= 0:
                 self.pending[req_id] = (source, len(draft), int(num_tokens_no_spec[row]))
@@ -187,37 +196,11 @@ class HybridDrafts:
         tmp = f"{self.stats_path}.{os.getpid()}.tmp"
         try:
             with open(tmp, "w") as f:
-                report = {"pid": os.getpid(), "proposers": self.snapshot()}
+                report = {"pid": os.getpid(), "proposers": self.snapshot(), "steps": self.steps}
                 json.dump(report | {"requests": self.requests_snapshot()}, f)
             os.replace(tmp, self.stats_path)
         except OSError:  # stats are a report, never a reason to fail a step
             log.debug("agentserve hybrid: could not write %s", self.stats_path, exc_info=True)
-
-
-def read_stats(path: str | os.PathLike[str]) -> dict[str, dict[str, int]] | None:
-    """The per-proposer counts an engine wrote, or None when there are none (yet)."""
-    try:
-        with open(path) as f:
-            return json.load(f)["proposers"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def request_counts(
-    path: str | os.PathLike[str], request_id: str
-) -> dict[str, dict[str, int]] | None:
-    """One request's per-proposer counts from a stats file, or None when the file has none.
-    vLLM's engine knows a request by the id its serving layer gave it (agentserve's id with
-    a "chatcmpl-"/"cmpl-" prefix) and "-" with 8 random characters after it."""
-    try:
-        with open(path) as f:
-            requests = json.load(f).get("requests") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    for internal, counts in requests.items():
-        if internal.rpartition("-")[0].endswith(request_id):
-            return counts
-    return None
 
 
 def with_stats_path(
@@ -252,18 +235,6 @@ def with_stats_path(
     if STATS_ENV not in copied:
         env[RAY_COPY_ENV] = ",".join([*copied, STATS_ENV])
     return path
-
-
-def proposer_rows(path: str | None) -> tuple[tuple[str, int, int, int], ...]:
-    """EngineStats.spec_by_proposer from a stats file: (proposer, drafts, drafted tokens,
-    accepted tokens) per proposer; () without a file or before the first report."""
-    stats = read_stats(path) if path else None
-    if not stats:
-        return ()
-    return tuple(
-        (p, int(c["drafts"]), int(c["drafted_tokens"]), int(c["accepted_tokens"]))
-        for p, c in sorted(stats.items())
-    )
 
 
 def settings_of(vllm_config: Any) -> dict[str, Any] | None:
@@ -361,7 +332,10 @@ def _wrap_init(original: Any) -> Any:
 
 
 def patch_runner(module: Any) -> None:
+    from agentserve.engine.hybrid_block import patch_proposer
+
     runner = module.GPUModelRunner
+    patch_proposer(runner, _hybrid_of)
     if not getattr(runner.take_draft_token_ids, "agentserve_hybrid", False):
         runner.take_draft_token_ids = _wrap(runner.take_draft_token_ids)
     if not getattr(runner.__init__, "agentserve_hybrid", False):

@@ -239,6 +239,7 @@ def test_install_patches_the_runner_module_when_it_is_imported(tmp_path, monkeyp
         "class GPUModelRunner:\n"
         "    def __init__(self, vllm_config):\n        self.vllm_config = vllm_config\n"
         "    def take_draft_token_ids(self):\n        return None\n"
+        "    def propose_draft_token_ids(self, scheduler_output, sampled):\n        return []\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     name = "fake_vllm_runner_pkg.runner"
@@ -251,6 +252,7 @@ def test_install_patches_the_runner_module_when_it_is_imported(tmp_path, monkeyp
     import fake_vllm_runner_pkg.runner as module
 
     assert module.GPUModelRunner.take_draft_token_ids.agentserve_hybrid
+    assert module.GPUModelRunner.propose_draft_token_ids.agentserve_hybrid  # hybrid_block.py
     assert hooks[0] not in sys.meta_path
     # the hybrid drafts are built with the runner: bad settings fail the engine's start
     assert module.GPUModelRunner(SimpleNamespace(additional_config={}))._agentserve_hybrid is None
@@ -260,5 +262,7 @@ def test_install_patches_the_runner_module_when_it_is_imported(tmp_path, monkeyp
     h.install()  # already imported: patched in place, once
     assert not hasattr(module.GPUModelRunner.take_draft_token_ids.__wrapped__, "__wrapped__")
     assert not hasattr(module.GPUModelRunner.__init__.__wrapped__, "__wrapped__")
+    propose = module.GPUModelRunner.propose_draft_token_ids
+    assert not hasattr(propose.__wrapped__, "__wrapped__")
     sys.modules.pop(name, None)
     sys.modules.pop("fake_vllm_runner_pkg", None)

@@ -1,0 +1,160 @@
+"""Hybrid drafting without DFlash's block forward on steps n-gram drafts alone.
+
+A hybrid engine (engine/hybrid_drafter.py) runs vLLM's DFlash proposer in every step and
+then, per request, replaces its draft with the n-gram draft where prompt lookup matches.
+On a step where prompt lookup matches for every request, DFlash's drafts are all thrown
+away, yet the proposer ran its whole block forward (every drafter layer over k + 1 query
+positions, and the LM head). Measured through the server on 2 CPU cores, that made hybrid
+slower than n-gram alone at one stream (docs/benchmarks.md).
+
+The drafter must still see every accepted token: vLLM's DFlash keeps context K/V computed
+from the target's hidden states, and stores it (`precompute_and_store_context_kv`) apart
+from the block forward, whose query K/V land in slots the next step's context overwrites.
+So on such a step the proposer stores the context K/V and stops there ("context only").
+
+Whether every request matches is decided before the proposer runs, inside the step: the
+runner has this step's sampled tokens (a tensor, rejected positions -1) but has not yet
+appended them to its CPU token ids (bookkeeping comes after the drafter). `lookup_all`
+writes the valid tokens where bookkeeping writes the same values moments later, and runs
+the n-gram lookup on lengths of its own. Any request without tokens (a prefill chunk, a
+discarded row) or without a match lets the block forward run. The drafts handed to the
+scheduler are still chosen after the step (`HybridDrafts.combine`); on a context-only step
+a request with no n-gram match there drafts nothing. Lossless either way: the target
+verifies whatever is drafted.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+__all__ = ["context_only_propose", "lookup_all", "patch_proposer", "wrap_propose_step"]
+
+log = logging.getLogger(__name__)
+
+FLAG = "_agentserve_context_only"
+
+
+def lookup_all(
+    ngram: Any, valid: list[list[int]], lengths: Any, token_ids: Any, max_len: int
+) -> bool:
+    """True when prompt lookup finds a draft for every row, with row i's `valid` tokens
+    appended at `lengths[i]` of `token_ids` (written there: the values the runner's
+    bookkeeping writes next). Writes nothing and says False when a row has no tokens or
+    would pass `max_len`; `lengths` is left as given."""
+    if not valid or any(not ids for ids in valid):
+        return False
+    ends = [int(lengths[row]) + len(ids) for row, ids in enumerate(valid)]
+    if any(end > max_len for end in ends):
+        return False
+    grown = lengths.copy()
+    for row, ids in enumerate(valid):
+        token_ids[row, int(lengths[row]) : ends[row]] = ids
+        grown[row] = ends[row]
+    found = ngram.propose(ngram.k, valid, grown, token_ids)
+    return all(len(f) > 0 for f in found)
+
+
+def _valid_tokens(runner: Any, sampled: Any) -> list[list[int]]:
+    """This step's accepted tokens per row, as the runner's bookkeeping will parse them."""
+    import numpy as np
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    batch = runner.input_batch
+    discard = np.nonzero(runner.discard_request_mask.np[: batch.num_reqs])[0]
+    valid, _ = RejectionSampler.parse_output(sampled, batch.vocab_size, discard)
+    return valid
+
+
+def wrap_propose_step(original: Any, hybrid_of: Any) -> Any:
+    """The runner's `propose_draft_token_ids`: for a hybrid engine, decide before the
+    proposer runs whether prompt lookup drafts every request; if so the proposer stores
+    context K/V only (FLAG on the drafter) and `HybridDrafts.context_only` tells
+    `combine` that DFlash's drafts are placeholders."""
+
+    def propose_draft_token_ids(self: Any, scheduler_output: Any, sampled: Any, *a: Any, **kw: Any):
+        hybrid = hybrid_of(self)
+        if hybrid is None:
+            return original(self, scheduler_output, sampled, *a, **kw)
+        context_only = False
+        if hasattr(sampled, "shape"):  # padded path: a tensor; never a list for DFlash
+            try:
+                batch = self.input_batch
+                context_only = lookup_all(
+                    hybrid.ngram,
+                    _valid_tokens(self, sampled),
+                    batch.num_tokens_no_spec[: batch.num_reqs],
+                    batch.token_ids_cpu,
+                    self.max_model_len,
+                )
+            except Exception:  # a decision, never a reason to fail the step
+                log.debug("agentserve hybrid: early lookup failed", exc_info=True)
+        hybrid.context_only = context_only
+        setattr(self.drafter, FLAG, context_only)
+        try:
+            return original(self, scheduler_output, sampled, *a, **kw)
+        finally:
+            setattr(self.drafter, FLAG, False)
+
+    propose_draft_token_ids.__wrapped__ = original  # type: ignore[attr-defined]
+    propose_draft_token_ids.agentserve_hybrid = True  # type: ignore[attr-defined]
+    return propose_draft_token_ids
+
+
+def context_only_propose(proposer: Any, args: dict[str, Any]) -> Any:
+    """What vLLM's DFlash `propose` does before its block forward: the context K/V of this
+    step's target hidden states into the drafter's cache. Returns placeholder drafts
+    (zeros, batch x k), which `combine` never hands on."""
+    import torch
+
+    cad = args["common_attn_metadata"]
+    k = int(args["num_speculative_tokens"])
+    proposer.num_speculative_tokens = k
+    proposer._last_draft_probs = None
+    hidden = proposer.model.combine_hidden_states(args["target_hidden_states"])
+    proposer.set_inputs_first_pass(
+        target_token_ids=args["target_token_ids"],
+        next_token_ids=args["next_token_ids"],
+        target_positions=args["target_positions"],
+        target_hidden_states=hidden,
+        token_indices_to_sample=args.get("token_indices_to_sample"),
+        cad=cad,
+        num_rejected_tokens_gpu=args.get("num_rejected_tokens_gpu"),
+    )
+    n = proposer._dflash_num_context
+    proposer.model.precompute_and_store_context_kv(
+        proposer._dflash_hidden_states,
+        proposer._context_positions_buffer[:n],
+        proposer._context_slot_mapping_buffer[:n],
+    )
+    return torch.zeros(cad.batch_size(), k, dtype=torch.int64, device=hidden.device)
+
+
+def _wrap_proposer(original: Any) -> Any:
+    signature = inspect.signature(original)
+
+    def propose(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, FLAG, False):
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        return context_only_propose(self, dict(bound.arguments))
+
+    propose.__wrapped__ = original  # type: ignore[attr-defined]
+    propose.agentserve_hybrid = True  # type: ignore[attr-defined]
+    return propose
+
+
+def patch_proposer(runner_class: Any, hybrid_of: Any) -> None:
+    """Patch the runner's per-step propose and vLLM's DFlash proposer (once each). The
+    proposer's patch acts only while the runner's flag is up: plain DFlash engines and
+    every other method run vLLM's code."""
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+
+    if not getattr(runner_class.propose_draft_token_ids, "agentserve_hybrid", False):
+        runner_class.propose_draft_token_ids = wrap_propose_step(
+            runner_class.propose_draft_token_ids, hybrid_of
+        )
+    if not getattr(DFlashProposer.propose, "agentserve_hybrid", False):
+        DFlashProposer.propose = _wrap_proposer(DFlashProposer.propose)
