@@ -132,14 +132,27 @@ def context_only_propose(proposer: Any, args: dict[str, Any]) -> Any:
 
 
 def _wrap_proposer(original: Any) -> Any:
+    """DFlash's `propose`, context only while the runner's flag is up. A vLLM whose
+    proposer lacks what the context-only path reads runs the whole propose from then on
+    (one warning): slower hybrid steps, never a failed one."""
     signature = inspect.signature(original)
+    broken: list[str] = []
 
     def propose(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not getattr(self, FLAG, False):
+        if not getattr(self, FLAG, False) or broken:
             return original(self, *args, **kwargs)
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        return context_only_propose(self, dict(bound.arguments))
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            return context_only_propose(self, dict(bound.arguments))
+        except (AttributeError, KeyError, TypeError) as err:
+            broken.append(repr(err))
+            log.warning(
+                "agentserve hybrid: context-only steps unavailable with this vLLM (%r); "
+                "DFlash runs its block forward on every step",
+                err,
+            )
+            return original(self, *args, **kwargs)
 
     propose.__wrapped__ = original  # type: ignore[attr-defined]
     propose.agentserve_hybrid = True  # type: ignore[attr-defined]

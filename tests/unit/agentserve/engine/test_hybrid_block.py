@@ -168,3 +168,20 @@ def test_after_a_context_only_step_unmatched_rows_draft_nothing_and_steps_are_co
     assert hybrid.context_only is False  # one step only
     hybrid.combine(["a", "b"], [[1, 2, 3], [4, 5, 6]], [0, 1], np.array([8, 7]), None)
     assert hybrid.steps == {"block": 1, "context_only": 1}
+
+
+def test_a_proposer_without_the_context_path_falls_back_to_vllm_for_good(caplog):
+    propose = hb._wrap_proposer(Proposer.propose)
+    proposer = Proposer()
+    del proposer._context_slot_mapping_buffer  # another vLLM: the attribute is gone
+    setattr(proposer, hb.FLAG, True)
+    kw = dict(
+        num_speculative_tokens=2, target_token_ids=torch.arange(3),
+        target_positions=torch.arange(3), target_hidden_states=torch.ones(3, 4),
+        next_token_ids=torch.tensor([7]), token_indices_to_sample=None,
+        common_attn_metadata=SimpleNamespace(batch_size=lambda: 1), sampling_metadata=None,
+    )  # fmt: skip
+    assert propose(proposer, **kw) == "block"  # the step still drafts
+    assert "context-only steps unavailable" in caplog.text
+    proposer.calls.clear()
+    assert propose(proposer, **kw) == "block" and proposer.calls == []  # not tried again
