@@ -184,7 +184,8 @@ def parse_spec_counters(text: str) -> dict[str, float]:
     """Speculation counters (drafts, draft_tokens, accepted_tokens), summed over labels, from a
     Prometheus text page of vLLM's server or agentserve's admin endpoint (pure); with hybrid
     drafting also "PROPOSER.drafts", "PROPOSER.draft_tokens", "PROPOSER.accepted_tokens"
-    per proposer (agentserve_spec_decode_proposer_*)."""
+    per proposer (agentserve_spec_decode_proposer_*), and "steps_block" /
+    "steps_context_only" (agentserve_spec_decode_hybrid_steps)."""
     out = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
@@ -193,6 +194,11 @@ def parse_spec_counters(text: str) -> dict[str, float]:
         name = match.group(1)
         if name in _COUNTERS:
             out[_COUNTERS[name]] += float(match.group(3))
+        elif name == _HYBRID_STEPS:
+            kind = _KIND.search(match.group(2) or "")
+            if kind:
+                key = f"steps_{kind.group(1)}"
+                out[key] = out.get(key, 0.0) + float(match.group(3))
         elif name.startswith(_BY_PROPOSER) and name.endswith("_total"):
             proposer = _PROPOSER.search(match.group(2) or "")
             field = name.removeprefix(_BY_PROPOSER).removesuffix("_total")
@@ -203,6 +209,8 @@ def parse_spec_counters(text: str) -> dict[str, float]:
 
 
 _BY_PROPOSER = "agentserve_spec_decode_proposer_"
+_HYBRID_STEPS = "agentserve_spec_decode_hybrid_steps_total"
+_KIND = re.compile(r'kind="([a-z_]+)"')
 
 
 def read_spec_counters(metrics_url: str) -> dict[str, float]:

@@ -19,6 +19,7 @@ __all__ = [
     "by_machine",
     "by_proposer",
     "fill_ratios",
+    "hybrid_steps",
     "method_scores",
     "row",
     "served_default",
@@ -69,12 +70,24 @@ def row(
         "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
         "drafts": int(drafts),
         **by_proposer(counters),
+        **hybrid_steps(counters),
         "machine": machine,
         "settings": settings,
         "engine_env": engine_env,
         **({"drafter": drafter} if drafter else {}),
         "texts": texts,
     }
+
+
+def hybrid_steps(counters: dict[str, float]) -> dict[str, Any]:
+    """Hybrid drafting's steps ("steps_block", "steps_context_only" in `counters`):
+    {"context_only_steps": share of drafting steps without DFlash's block forward}; {}
+    for other methods."""
+    block = counters.get("steps_block", 0.0)
+    context_only = counters.get("steps_context_only", 0.0)
+    if not block + context_only:
+        return {}
+    return {"context_only_steps": round(context_only / (block + context_only), 3)}
 
 
 def by_proposer(counters: dict[str, float]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ def test_decode_span_counts_the_requests_ngram_and_dflash_drafts():
     exporter = InMemorySpanExporter()
     tracer = t.make_tracer(TracingSpec(), {}, "test", exporter=exporter)
     message = {"role": "user", "content": "Repeat this code exactly:\n" + CODE}
+    steps: dict[str, int] = {}
 
     async def run() -> None:
         engine = VLLMEngine(model)
@@ -45,6 +46,7 @@ def test_decode_span_counts_the_requests_ngram_and_dflash_drafts():
             ):
                 pass
             await asyncio.sleep(1.5)  # the engine writes within 0.5 s, the span waits 0.7 s
+            steps.update((await engine.stats()).spec_steps)
         finally:
             await engine.stop()
 
@@ -62,3 +64,6 @@ def test_decode_span_counts_the_requests_ngram_and_dflash_drafts():
     tokens = a[t.OUTPUT_TOKENS]
     accepted = sum(a[f"agentserve.spec_decode.{p}.accepted_tokens"] for p in ("ngram", "dflash"))
     assert accepted < tokens  # every step emits one token of its own besides accepted ones
+    # steps where prompt lookup drafted (the one request) skipped DFlash's block forward, and
+    # the engine's stats say so (the replica's /metrics: agentserve_spec_decode_hybrid_steps)
+    assert steps["context_only"] >= 1 and "block" in steps

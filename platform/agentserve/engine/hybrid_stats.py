@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["proposer_rows", "read_stats", "request_counts"]
+__all__ = ["proposer_rows", "read_stats", "request_counts", "step_rows"]
 
 
 def read_stats(path: str | os.PathLike[str], key: str = "proposers") -> dict[str, Any] | None:
@@ -47,3 +47,10 @@ def proposer_rows(path: str | None) -> tuple[tuple[str, int, int, int], ...]:
         (p, int(c["drafts"]), int(c["drafted_tokens"]), int(c["accepted_tokens"]))
         for p, c in sorted(stats.items())
     )
+
+
+def step_rows(path: str | None) -> tuple[tuple[str, int], ...]:
+    """EngineStats.spec_steps from a stats file: (kind, steps) for "block" and
+    "context_only"; () without a file or before the first report."""
+    steps = read_stats(path, "steps") if path else None
+    return tuple((kind, int(n)) for kind, n in sorted(steps.items())) if steps else ()

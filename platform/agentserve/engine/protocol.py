@@ -174,6 +174,8 @@ class EngineStats:
     accepted tokens) sorted by batch; empty when the engine does not report it.
     `spec_by_proposer` splits them by the proposer that drafted (hybrid drafting: "ngram",
     "dflash"): (proposer, drafts, drafted tokens, accepted tokens); empty otherwise.
+    `spec_steps`: hybrid drafting's steps by kind, ("block", n) with DFlash's block forward
+    and ("context_only", n) with its context K/V only; empty otherwise.
     """
 
     running: int = 0
@@ -183,6 +185,7 @@ class EngineStats:
     spec_accepted_tokens: int = 0
     spec_by_batch: tuple[tuple[int, int, int, int], ...] = ()
     spec_by_proposer: tuple[tuple[str, int, int, int], ...] = ()
+    spec_steps: tuple[tuple[str, int], ...] = ()
 
     @property
     def acceptance_length(self) -> float:

@@ -28,6 +28,7 @@ from agentserve.engine.hybrid_drafter import (
     request_counts,
     with_stats_path,
 )
+from agentserve.engine.hybrid_stats import step_rows
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
     Delta,
@@ -218,6 +219,7 @@ class VLLMEngine:
             spec_accepted_tokens=spec["accepted_tokens"],
             spec_by_batch=self._by_batch.snapshot(),
             spec_by_proposer=proposer_rows(self._hybrid_stats),
+            spec_steps=step_rows(self._hybrid_stats),
         )
 
     @property

@@ -59,6 +59,10 @@ class _EngineStatsCollector(Collector):
              "Tokens proposed, by proposer (hybrid drafting).", ("proposer",)),
             ("proposer_accepted", counter, by + "proposer_accepted_tokens",
              "Drafted tokens accepted, by proposer (hybrid drafting).", ("proposer",)),
+            ("hybrid_steps", counter, by + "hybrid_steps",
+             "Hybrid drafting steps: with DFlash's block forward (block), or with its "
+             "context K/V only, prompt lookup drafting every request (context_only).",
+             ("kind",)),
         ]  # fmt: skip
         families = {
             key: kind(f"agentserve_{name}", doc, labels=["model", *labels])
@@ -79,6 +83,8 @@ class _EngineStatsCollector(Collector):
                 families["proposer_drafts"].add_metric([model, proposer], drafts)
                 families["proposer_draft_tokens"].add_metric([model, proposer], drafted)
                 families["proposer_accepted"].add_metric([model, proposer], accepted)
+            for kind, steps in s.spec_steps:
+                families["hybrid_steps"].add_metric([model, kind], steps)
         yield from families.values()
 
 

@@ -114,8 +114,11 @@ def test_hybrid_rows_split_acceptance_by_proposer():
         'agentserve_spec_decode_proposer_accepted_tokens_total{model="m",proposer="ngram"} 12\n'
         'agentserve_spec_decode_proposer_drafts_total{model="m",proposer="dflash"} 4\n'
         'agentserve_spec_decode_proposer_accepted_tokens_total{model="m",proposer="dflash"} 2\n'
+        'agentserve_spec_decode_hybrid_steps_total{kind="block",model="m"} 5\n'
+        'agentserve_spec_decode_hybrid_steps_total{model="m",kind="context_only"} 3\n'
     )
     counters = parse_spec_counters(page)
+    assert counters["steps_block"] == 5 and counters["steps_context_only"] == 3
     assert counters["ngram.drafts"] == 6 and counters["dflash.accepted_tokens"] == 2
     figures = {"decode_tokens_per_s": 9.0, "throughput_tokens_per_s": 9.0, "ttft_ms_p50": 1.0}
     r = row(server="agentserve", method="hybrid", k=4, workload="coding", concurrency=1,
@@ -125,8 +128,10 @@ def test_hybrid_rows_split_acceptance_by_proposer():
     assert r["proposers"] == {
         "dflash": {"drafts": 4, "share": 0.4, "tau": 1.5},
         "ngram": {"drafts": 6, "share": 0.6, "tau": 3.0},
-    }
-    assert "proposers" not in _row("ngram", "coding", 1, 9.0, drafts=3, acc=3)
+    }  # the step kinds are not taken for proposers
+    assert r["context_only_steps"] == 0.375  # 3 of 8 steps without DFlash's block forward
+    plain = _row("ngram", "coding", 1, 9.0, drafts=3, acc=3)
+    assert "proposers" not in plain and "context_only_steps" not in plain
 
 
 def test_level_figures_use_the_callers_clock():

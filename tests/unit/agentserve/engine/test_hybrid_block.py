@@ -185,3 +185,14 @@ def test_a_proposer_without_the_context_path_falls_back_to_vllm_for_good(caplog)
     assert "context-only steps unavailable" in caplog.text
     proposer.calls.clear()
     assert propose(proposer, **kw) == "block" and proposer.calls == []  # not tried again
+
+
+def test_the_stats_file_gives_the_step_kinds(tmp_path):
+    from agentserve.engine.hybrid_stats import step_rows
+
+    hybrid = h.HybridDrafts(Ngram(True), 2, stats_path=str(tmp_path / "s.json"))
+    assert step_rows(hybrid.stats_path) == ()  # nothing written yet
+    hybrid.context_only = True
+    hybrid.combine(["a"], [[0, 0]], [0], np.array([5]), None)  # written at once
+    assert step_rows(hybrid.stats_path) == (("block", 0), ("context_only", 1))
+    assert step_rows(None) == ()

@@ -118,3 +118,8 @@ def test_hybrid_drafting_exports_acceptance_by_proposer():
         'agentserve_spec_decode_proposer_draft_tokens_total{model="m",proposer="ngram"} 28.0'
         in page
     )
+    assert "agentserve_spec_decode_hybrid_steps_total{" not in page  # no steps: no samples
+    metrics.set_engine_stats("m", EngineStats(spec_steps=(("block", 5), ("context_only", 3))))
+    page = metrics.exposition().decode()
+    steps = 'agentserve_spec_decode_hybrid_steps_total{kind="context_only",model="m"} 3.0'
+    assert steps in page
