@@ -57,23 +57,42 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def _peer_line(records: list[dict[str, Any]]) -> str:
-    """Plain agentserve vs plain vLLM server, per workload and concurrency."""
-    plain = {
-        (_cpu(r), r["server"], r["workload"], r["concurrency"]): r["decode_tokens_per_s"]
+def _ratio_line(records: list[dict[str, Any]], title: str, pairs: list[tuple[str, str]]) -> str:
+    """`title` and decode tok/s ratios between rows of one run: for each (numerator,
+    denominator) pair of "server/method" names, per kind of CPU, workload and concurrency,
+    at the settings `agentserve up` applies on that kind of CPU; "" when no pair meets."""
+    decode = {
+        (_cpu(r), f"{r['server']}/{r['method']}", r["workload"], r["concurrency"]): r[
+            "decode_tokens_per_s"
+        ]
         for r in records
-        if r["method"] == "none"
-        and r.get("settings", DEFAULT_SETTINGS) == machine_default_settings(r)
+        if r.get("settings", DEFAULT_SETTINGS) == machine_default_settings(r)
     }
     parts = []
-    for (cpu, server, workload, c), ours in sorted(plain.items()):
-        theirs = plain.get((cpu, "vllm_serve", workload, c))
-        if server == "agentserve" and ours and theirs:
-            parts.append(f"{cpu} {workload} c={c}: {ours / theirs:.2f}x")
-    return (
-        ("Plain agentserve vs plain vLLM server (decode tok/s): " + ", ".join(parts))
-        if parts
-        else ""
+    for (cpu, name, workload, c), ours in sorted(decode.items()):
+        for numerator, denominator in pairs:
+            theirs = decode.get((cpu, denominator, workload, c))
+            if name == numerator and ours and theirs:
+                label = numerator.split("/")[1] + " " if len(pairs) > 1 else ""
+                parts.append(f"{cpu} {label}{workload} c={c}: {ours / theirs:.2f}x")
+    return f"{title}: " + ", ".join(parts) if parts else ""
+
+
+def _peer_line(records: list[dict[str, Any]]) -> str:
+    """Plain agentserve vs plain vLLM server, per workload and concurrency."""
+    return _ratio_line(
+        records,
+        "Plain agentserve vs plain vLLM server (decode tok/s)",
+        [("agentserve/none", "vllm_serve/none")],
+    )
+
+
+def _vs_ngram_line(records: list[dict[str, Any]]) -> str:
+    """DFlash and hybrid drafting vs n-gram drafting through agentserve, per cell."""
+    return _ratio_line(
+        records,
+        "DFlash and hybrid vs n-gram through agentserve (decode tok/s)",
+        [("agentserve/dflash", "agentserve/ngram"), ("agentserve/hybrid", "agentserve/ngram")],
     )
 
 
@@ -133,6 +152,7 @@ def write_served(
         "and concurrency, in this run.\n\n"
         f"{markdown_table(records)}\n"
         f"{_peer_line(records)}\n\n"
+        f"{_vs_ngram_line(records)}\n\n"
         "Method scores per kind of CPU, from the rows of the settings `agentserve up` applies "
         "there (geometric mean of speedups; the bar: >= 1.05x at c=1 and >= 0.97x at higher "
         "concurrency on every workload):\n\n" + "\n".join(score_lines) + "\n"

@@ -164,6 +164,21 @@ def test_written_rows_replace_only_served_rows_and_lead_the_doc(tmp_path):
     assert "- `avx2`: ngram:4 0.80x (fails the bar). **Default: none.**" in doc
 
 
+def test_the_report_compares_plain_with_vllm_and_drafters_with_ngram(tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    rows = _grid({"ngram": _all(2.0), "hybrid": _all(2.2), "dflash": _all(1.0)})
+    rows += [_row("none", w, c, 25.0, server="vllm_serve") for w in ("coding", "agent")
+             for c in (1, 4)]  # fmt: skip
+    records = fill_ratios(rows, "none")
+    default, scores = served_default(records)
+    write_served(records, scores, default, tmp_path, command="x", wall_s=1.0, machine=MACHINE)
+    doc = (tmp_path / "benchmarks.md").read_text()
+    assert "Plain agentserve vs plain vLLM server (decode tok/s): avx2 agent c=1: 0.80x" in doc
+    line = next(x for x in doc.splitlines() if x.startswith("DFlash and hybrid vs n-gram"))
+    assert "avx2 hybrid coding c=1: 1.10x" in line and "avx2 dflash agent c=4: 0.50x" in line
+    assert line.count("x,") == 7  # 2 methods x 2 workloads x 2 concurrencies
+
+
 def test_each_settings_variant_is_compared_with_its_own_plain_and_never_decides():
     rows = _grid({"ngram": _all(0.9)})
     for r in _grid({"ngram": _all(2.0)}):
