@@ -74,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     data.add_argument(
         "--num-prompts",
         type=int,
-        default=3000,
+        default=4000,
         help="seeded training prompts (default: %(default)s)",
     )
     data.add_argument(
@@ -86,14 +86,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     data.add_argument(
         "--code-prompts",
         type=int,
-        default=3000,
+        default=6000,
         help="complete/fix/explain/edit prompts over real third-party code from site-packages "
         "(never the stdlib or HumanEval) (default: %(default)s)",
     )
     data.add_argument(
         "--agent-prompts",
         type=int,
-        default=1500,
+        default=3000,
         help="agent-style prompts: tool output to summarise as JSON, multi-turn exchanges "
         "quoting tool results, tool-call generation (default: %(default)s)",
     )

@@ -105,12 +105,32 @@ def _load_prompts(path: Path) -> list:
 
 def _context_prompts(args: argparse.Namespace, path: Path) -> list:
     """Code-context and agent prompts, built once and kept in the work dir (they depend on
-    the installed packages, so a resumed job must reuse the same list)."""
-    if not path.exists() and (args.code_prompts or args.agent_prompts):
+    the installed packages, so a resumed job must reuse the same list). Asking for more
+    than the file holds rebuilds it: the builders are prefix-stable for a seed, so the kept
+    prompts stay first with their ids and only the new ones are generated."""
+    kept = _load_prompts(path)
+    wanted = {"code": args.code_prompts, "agent": args.agent_prompts}
+    held = {kind: sum(p.id.startswith(kind) for p in kept) for kind in wanted}
+    if any(held[k] < n for k, n in wanted.items()):
         print("data: indexing the standard library (excluded) and third-party code", flush=True)
         snippets = collect_snippets(TRAINING_PACKAGES, StdlibIndex(), seed=args.seed)
-        built = code_prompts(snippets, args.code_prompts, seed=args.seed)
-        built += agent_prompts(snippets, args.agent_prompts, seed=args.seed)
+        built = code_prompts(snippets, max(args.code_prompts, held["code"]), seed=args.seed)
+        built += agent_prompts(snippets, max(args.agent_prompts, held["agent"]), seed=args.seed)
+        _check_prefix(kept, built)
         _save_prompts(built, path)
         print(f"data: {len(built)} prompts from {len(snippets)} functions -> {path}", flush=True)
-    return _load_prompts(path)
+        kept = built
+    return kept
+
+
+def _check_prefix(kept: list, built: list) -> None:
+    """Refuse a rebuilt list that changes a kept prompt: its id may already have a
+    response, which would then be paired with the wrong prompt's kind and text."""
+    ids = {p.id: p for p in built}
+    changed = [p.id for p in kept if ids.get(p.id) != p]
+    if changed:
+        raise SystemExit(
+            f"data: {len(changed)} kept context prompts differ when rebuilt (first: "
+            f"{changed[0]}); the installed packages changed since this work dir was made. "
+            "Use a new --work-dir, or keep the counts the file already holds."
+        )

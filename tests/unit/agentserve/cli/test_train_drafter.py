@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from agentserve.cli.train_drafter_data import _interleaved
 
 from dflash.train.prompts import Prompt
@@ -45,3 +46,51 @@ def test_the_warm_start_note_says_when_a_drafter_was_grown(tmp_path):
     assert _growth(tmp_path, argparse.Namespace(layers=3)) == ", grown from 2 to 3 layers"
     assert _growth(tmp_path, argparse.Namespace(layers=2)) == ""
     assert _growth(tmp_path / "absent", argparse.Namespace(layers=3)) == ""
+
+
+def _fake_builders(monkeypatch, snippets):
+    import agentserve.cli.train_drafter_data as data
+
+    from dflash.train.code_prompts import agent_prompts, code_prompts
+
+    monkeypatch.setattr(data, "collect_snippets", lambda *a, **k: snippets)
+    monkeypatch.setattr(data, "StdlibIndex", lambda: None)
+    monkeypatch.setattr(data, "code_prompts", code_prompts)
+    monkeypatch.setattr(data, "agent_prompts", agent_prompts)
+    return data
+
+
+def _snippets(n):
+    from dflash.train.code_prompts import CodeSnippet
+
+    body = "\n".join(f"    total = total + {i}" for i in range(6))
+    return [
+        CodeSnippet("pkg", f"pkg.mod{i}", f"f{i}", f"def f{i}(a, b):\n{body}\n    return total",
+                    ("a", "b"), f"Add {i}.")
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_asking_for_more_context_prompts_keeps_the_old_ones_first(tmp_path, monkeypatch):
+    from argparse import Namespace
+
+    data = _fake_builders(monkeypatch, _snippets(40))
+    path = tmp_path / "context_prompts.jsonl"
+    small = data._context_prompts(Namespace(code_prompts=10, agent_prompts=5, seed=0), path)
+    grown = data._context_prompts(Namespace(code_prompts=20, agent_prompts=8, seed=0), path)
+    assert len(small) == 15 and len(grown) == 28
+    assert set(small) <= set(grown)  # same ids, same texts: kept responses stay paired
+    assert data._load_prompts(path) == grown
+    # asking for fewer than held keeps the file as it is
+    assert data._context_prompts(Namespace(code_prompts=5, agent_prompts=2, seed=0), path) == grown
+
+
+def test_a_rebuild_that_changes_kept_prompts_is_refused(tmp_path, monkeypatch):
+    from argparse import Namespace
+
+    data = _fake_builders(monkeypatch, _snippets(40))
+    path = tmp_path / "context_prompts.jsonl"
+    data._context_prompts(Namespace(code_prompts=10, agent_prompts=5, seed=0), path)
+    _fake_builders(monkeypatch, _snippets(40)[::-1])  # other installed code
+    with pytest.raises(SystemExit, match="differ when rebuilt"):
+        data._context_prompts(Namespace(code_prompts=20, agent_prompts=5, seed=0), path)
