@@ -11,6 +11,8 @@ target again.
 
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from safetensors.torch import save_file
 
 from dflash.target import TargetModel
 
-__all__ = ["FeatureStore", "extract_features"]
+__all__ = ["FeatureStore", "extract_features", "feature_order"]
 
 
 def _shard_path(directory: Path, index: int) -> Path:
@@ -40,23 +42,24 @@ def extract_features(
     progress: bool = True,
 ) -> int:
     """Write shards of {features_i, tokens_i, start_i} (+ topk_ids_i, topk_logp_i [T, topk]
-    when topk > 0); resumes after the last complete shard."""
+    when topk > 0); resumes after the sequences the complete shards hold, so records
+    appended since (a grown data set, in `feature_order`) go into new shards."""
     from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    done_shards = len(list(out_dir.glob("features-*.safetensors")))
+    shards = sorted(out_dir.glob("features-*.safetensors"))
+    done = _sequences_in(shards)
     bar = tqdm(
-        total=len(records),
-        initial=min(done_shards * shard_size, len(records)),
-        desc="features",
-        unit="seq",
+        total=len(records), initial=min(done, len(records)), desc="features", unit="seq",
         disable=not progress,
-    )
+    )  # fmt: skip
     stop_layer = None if topk else max(layer_ids) + 1
-    for shard in range(done_shards, (len(records) + shard_size - 1) // shard_size):
+    todo = records[done:]
+    for n, start in enumerate(range(0, len(todo), shard_size)):
+        shard = len(shards) + n
         tensors: dict[str, torch.Tensor] = {}
-        for i, rec in enumerate(records[shard * shard_size : (shard + 1) * shard_size]):
+        for i, rec in enumerate(todo[start : start + shard_size]):
             ids = (rec["prompt_ids"] + rec["response_ids"])[:max_len]
             tokens = torch.tensor(ids)[None]
             cache = target.new_cache(1, len(ids))
@@ -74,6 +77,70 @@ def extract_features(
         tmp.rename(_shard_path(out_dir, shard))
     bar.close()
     return len(records)
+
+
+def _rows(shard) -> int:
+    return sum(1 for k in shard.keys() if k.startswith("tokens_"))  # noqa: SIM118 (no __iter__)
+
+
+def _sequences_in(shards: list[Path]) -> int:
+    total = 0
+    for path in shards:
+        with safe_open(path, framework="pt") as shard:
+            total += _rows(shard)
+    return total
+
+
+ORDER_FILE = "order.json"
+
+
+def feature_order(
+    records: list[dict[str, Any]], out_dir: str | Path, seed: int, max_len: int
+) -> list[dict[str, Any]]:
+    """The records in the order the shards hold them: a seeded shuffle, so any prefix of
+    the shards is a representative mix of sources, kept in `order.json` so that records
+    added later (a grown data set) are shuffled among themselves and go after the ones
+    already featurized, never between them. A directory made before the order file is
+    read as the seeded shuffle of the first records of the file, checked against the
+    shards' tokens."""
+    out_dir = Path(out_dir)
+    path = out_dir / ORDER_FILE
+    by_id = {r["id"]: r for r in records}
+    if path.exists():
+        kept = json.loads(path.read_text())
+    else:
+        done = _sequences_in(sorted(out_dir.glob("features-*.safetensors")))
+        kept = [r["id"] for r in records[:done]]
+        random.Random(seed).shuffle(kept)
+    missing = [i for i in kept if i not in by_id]
+    if missing:
+        raise ValueError(f"{len(missing)} featurized records are gone (first: {missing[0]})")
+    known = set(kept)
+    rest = [r["id"] for r in records if r["id"] not in known]
+    random.Random(seed + len(kept)).shuffle(rest)
+    order = [by_id[i] for i in kept + rest]
+    _check_shards(order, out_dir, max_len)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(kept + rest))
+    return order
+
+
+def _check_shards(order: list[dict[str, Any]], out_dir: Path, max_len: int) -> None:
+    """Each shard's first and last sequences are the records `order` puts there."""
+    at = 0
+    for path in sorted(out_dir.glob("features-*.safetensors")):
+        with safe_open(path, framework="pt") as shard:
+            count = _rows(shard)
+            for row in {0, count - 1}:
+                rec = order[at + row] if at + row < len(order) else None
+                want = None if rec is None else (rec["prompt_ids"] + rec["response_ids"])[:max_len]
+                if want != shard.get_tensor(f"tokens_{row}").tolist():
+                    raise ValueError(
+                        f"{path.name} row {row} is not the record the order puts there: the "
+                        f"features in {out_dir} were made from other data; remove the directory "
+                        "to extract them again"
+                    )
+        at += count
 
 
 class _ShardedFeatures:

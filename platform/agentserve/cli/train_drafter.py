@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 from pathlib import Path
 
 from agentserve.cli.train_drafter_data import (
@@ -335,17 +334,17 @@ def run(args: argparse.Namespace) -> int:
     from dflash.export import save_drafter
     from dflash.model import DFlashDrafter
     from dflash.target import load_target
-    from dflash.train.features import FeatureStore, extract_features
+    from dflash.train.features import FeatureStore, extract_features, feature_order
     from dflash.train.trainer import TrainConfig, train
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     target = load_target(str(model_dir), dtype=torch.bfloat16)
     cfg = _drafter_config(args, target, tokenizer)
     records = [r for r in load_responses(work / "responses.jsonl") if r["response_ids"]]
-    # a seeded shuffle: any prefix of the feature shards is a representative mix of sources,
-    # so training can start on the shards done so far while extraction continues later
-    random.Random(args.seed).shuffle(records)
     features = _features_dir(args, work)
+    # a seeded shuffle, stable as the data grows: any prefix of the feature shards is a
+    # representative mix, so training can start on the shards done so far
+    records = feature_order(records, features, args.seed, DATA_MAX_MODEL_LEN)
     if "features" in stages:
         if not records:
             raise FileNotFoundError(f"no responses in {work}: run --stage data first")
