@@ -78,12 +78,12 @@ def init_from_target(drafter: DFlashDrafter, target: TargetModel, layers: list[i
 
 
 def warm_start_from(drafter: DFlashDrafter, directory) -> bool:
-    """Copy a saved drafter's weights (layers, fc, norms) into `drafter`; its own reduced
-    head too when both heads cover the same draft vocabulary (else the head keeps its
-    initialisation). A drafter with more layers than the saved one is grown
-    (`grown_layers`): it starts out drafting exactly what the saved one does. False, and
-    nothing copied, when the shapes of the shared weights differ (fewer layers, other
-    feature layers or sizes)."""
+    """Copy a saved drafter's weights (layers, fc, norms) into `drafter`, and its own reduced
+    head's rows for the tokens both draft vocabularies hold (a vocabulary recounted over
+    more data keeps what was learned; the other rows keep their initialisation). A drafter
+    with more layers than the saved one is grown (`grown_layers`): it starts out drafting
+    exactly what the saved one does. False, and nothing copied, when the shapes of the
+    shared weights differ (fewer layers, other feature layers or sizes)."""
     from dflash.export import load_drafter
 
     source = load_drafter(directory).state_dict()
@@ -94,11 +94,30 @@ def warm_start_from(drafter: DFlashDrafter, directory) -> bool:
         return False
     if any(k not in shared for k in mine if k not in ("lm_head.weight", "d2t")):
         return False
-    same_vocab = "d2t" in source and "d2t" in mine and torch.equal(source["d2t"], mine["d2t"])
-    if same_vocab and source["lm_head.weight"].shape == mine["lm_head.weight"].shape:
-        shared["lm_head.weight"] = source["lm_head.weight"]
+    head = _shared_head_rows(source, mine)
+    if head is not None:
+        shared["lm_head.weight"] = head
     drafter.load_state_dict(shared, strict=False)
     return True
+
+
+def _shared_head_rows(
+    source: dict[str, torch.Tensor], mine: dict[str, torch.Tensor]
+) -> torch.Tensor | None:
+    """`mine`'s reduced head with the saved head's trained row for every token both draft
+    vocabularies hold (all rows when they are the same); None when either head is not a
+    reduced one or their widths differ."""
+    if "d2t" not in source or "d2t" not in mine:
+        return None
+    theirs, head = source["lm_head.weight"], mine["lm_head.weight"].clone()
+    if theirs.shape[1:] != head.shape[1:]:
+        return None
+    their_ids = torch.arange(len(source["d2t"])) + source["d2t"].cpu()  # sorted (d2t's rule)
+    my_ids = torch.arange(len(mine["d2t"])) + mine["d2t"].cpu()
+    at = torch.searchsorted(their_ids, my_ids).clamp(max=len(their_ids) - 1)
+    found = their_ids[at] == my_ids
+    head[found] = theirs[at[found]].to(head.dtype)
+    return head
 
 
 def _layer_count(state: dict[str, torch.Tensor]) -> int:

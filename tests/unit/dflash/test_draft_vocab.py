@@ -147,7 +147,7 @@ def test_warm_start_copies_a_saved_drafter_but_keeps_the_reduced_head(
     assert not warm_start_from(other, saved) and torch.equal(other.fc.weight, before)
 
 
-def test_warm_start_copies_the_reduced_head_when_the_draft_vocabulary_is_the_same(
+def test_warm_start_copies_the_reduced_heads_rows_of_the_shared_draft_tokens(
     small_head, tiny_hf, tmp_path
 ):
     from dflash.train.trainer import warm_start_from
@@ -160,9 +160,17 @@ def test_warm_start_copies_the_reduced_head_when_the_draft_vocabulary_is_the_sam
     same.set_draft_vocab(ids, torch.zeros(VOCAB, small_head.config.hidden_size))
     assert warm_start_from(same, saved)
     torch.testing.assert_close(same.lm_head.weight, small_head.lm_head.weight)
+    # a recounted vocabulary: the rows of the tokens both hold are copied, the rest kept
+    recounted = torch.arange(len(ids))
     other = DFlashDrafter(small_head.config)
-    other.set_draft_vocab(torch.arange(len(ids)), torch.zeros(VOCAB, small_head.config.hidden_size))
-    assert warm_start_from(other, saved) and other.lm_head.weight.abs().sum() == 0
+    other.set_draft_vocab(recounted, torch.zeros(VOCAB, small_head.config.hidden_size))
+    assert warm_start_from(other, saved)
+    saved_row = {int(t): i for i, t in enumerate(ids.sort().values)}
+    both = [j for j, t in enumerate(recounted.tolist()) if t in saved_row]
+    assert 0 < len(both) < len(recounted)
+    for j, t in enumerate(recounted.tolist()):
+        want = small_head.lm_head.weight[saved_row[t]] if t in saved_row else torch.zeros(1)
+        torch.testing.assert_close(other.lm_head.weight[j], want.expand_as(other.lm_head.weight[j]))
 
 
 def test_a_deeper_drafter_grows_from_a_saved_one_and_drafts_what_it_did(
