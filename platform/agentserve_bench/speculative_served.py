@@ -4,8 +4,9 @@ the HTTP API of the app `agentserve up` serves, the source of truth for the defa
 For each method (none first), a fresh `agentserve up` app (local Ray, Serve, ingress,
 replica, vLLM) serves every workload at every concurrency; vLLM's own OpenAI server with
 the same engine arguments and engine environment runs plain decoding too (and
-`--peer-methods`), so plain agentserve is compared with what a user would run instead, in
-the same run. Requests are greedy, streamed, `max_tokens` long unless the model stops.
+`--peer-methods`), right after agentserve's run of the same method (`run_order`), so plain
+agentserve is compared with what a user would run instead, in the same run and minutes
+apart at most. Requests are greedy, streamed, `max_tokens` long unless the model stops.
 Records (served_rows.row) replace the served rows of docs/benchmarks/speculative.json
 (offline rows stay), and a table leads docs/benchmarks.md.
 """
@@ -46,7 +47,7 @@ from agentserve_bench.served_client import (
 from agentserve_bench.served_report import write_served
 from agentserve_bench.served_rows import by_machine, fill_ratios, row, served_default
 
-__all__ = ["add_parser", "bench_spec", "parse_methods", "run"]
+__all__ = ["add_parser", "bench_spec", "parse_methods", "run", "run_order"]
 
 SERVERS = ("agentserve", "vllm_serve")
 
@@ -63,6 +64,24 @@ def parse_methods(text: str) -> list[tuple[str, int]]:
             raise SystemExit(f"--methods: bad k in {item!r} (METHOD[:k], k a positive integer)")
         methods.append((name, int(k or 4)))
     return methods
+
+
+def run_order(
+    methods: list[tuple[str, int]], peers: list[tuple[str, int]]
+) -> list[tuple[str, str, int]]:
+    """(server, method, k) in the order they run (pure): agentserve's methods in order, each
+    vLLM-server peer right after agentserve's run of the same method (plain: second), the
+    rest after them. Only neighbours in time are fair to compare on a shared machine whose
+    speed drifts over minutes; with every peer last, plain agentserve and plain vLLM were
+    measured 10 minutes apart."""
+    order: list[tuple[str, str, int]] = []
+    left = list(peers)
+    for method, k in methods:
+        order.append(("agentserve", method, k))
+        if (method, k) in left:
+            left.remove((method, k))
+            order.append(("vllm_serve", method, k))
+    return order + [("vllm_serve", m, k) for m, k in left]
 
 
 def bench_spec(
@@ -263,8 +282,7 @@ def run(args: argparse.Namespace) -> int:
     port = args.port
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-served-") as logs:
-        plan = [("agentserve", m, k) for m, k in methods]
-        plan += [("vllm_serve", m, k) for m, k in peers]
+        plan = run_order(methods, peers)
         for settings, dtype in itertools.product(args.settings, args.dtypes):
             # a dtype other than the spec's is a settings variant: its own ratios, no default
             label = settings if dtype is None else f"{settings}/{dtype}"

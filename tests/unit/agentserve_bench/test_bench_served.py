@@ -11,7 +11,7 @@ import pytest
 from agentserve_bench.served_client import Reply, level_figures, parse_spec_counters
 from agentserve_bench.served_report import write_served
 from agentserve_bench.served_rows import fill_ratios, row, served_default, settings_scores
-from agentserve_bench.speculative_served import parse_methods
+from agentserve_bench.speculative_served import parse_methods, run_order
 
 MACHINE = {"model": "AMD EPYC", "cores": 2, "features": ["avx2"], "cpu_class": "avx2"}
 
@@ -87,6 +87,25 @@ def test_methods_always_start_with_plain():
     assert parse_methods("none,ngram") == [("none", 0), ("ngram", 4)]
     with pytest.raises(SystemExit, match="bad k"):
         parse_methods("ngram:x")
+
+
+def test_each_peer_runs_right_after_agentserves_run_of_its_method():
+    methods = parse_methods("ngram:4,dflash:3")
+    assert run_order(methods, [("none", 0)]) == [
+        ("agentserve", "none", 0),
+        ("vllm_serve", "none", 0),
+        ("agentserve", "ngram", 4),
+        ("agentserve", "dflash", 3),
+    ]
+    # a peer method agentserve does not run (or runs with another k) comes last
+    assert run_order(methods, [("ngram", 4), ("ngram", 7)]) == [
+        ("agentserve", "none", 0),
+        ("agentserve", "ngram", 4),
+        ("vllm_serve", "ngram", 4),
+        ("agentserve", "dflash", 3),
+        ("vllm_serve", "ngram", 7),
+    ]
+    assert run_order(methods, []) == [(s, m, k) for s, (m, k) in zip(["agentserve"] * 3, methods)]
 
 
 def test_counters_from_both_servers_metrics():
