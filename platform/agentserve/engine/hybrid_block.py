@@ -11,6 +11,10 @@ The drafter must still see every accepted token: vLLM's DFlash keeps context K/V
 from the target's hidden states, and stores it (`precompute_and_store_context_kv`) apart
 from the block forward, whose query K/V land in slots the next step's context overwrites.
 So on such a step the proposer stores the context K/V and stops there ("context only").
+A batch bigger than the spec's `drafter.dflash_max_batch` is context only too, matches or
+not: there the block forward over every row costs more than DFlash's drafts for the rows
+prompt lookup misses gain (measured through the server, docs/benchmarks.md), so only
+n-gram drafts.
 
 Whether every request matches is decided before the proposer runs, inside the step: the
 runner has this step's sampled tokens (a tensor, rejected positions -1) but has not yet
@@ -69,7 +73,8 @@ def _valid_tokens(runner: Any, sampled: Any) -> list[list[int]]:
 
 def wrap_propose_step(original: Any, hybrid_of: Any) -> Any:
     """The runner's `propose_draft_token_ids`: for a hybrid engine, decide before the
-    proposer runs whether prompt lookup drafts every request; if so the proposer stores
+    proposer runs whether prompt lookup drafts every request (or the batch is bigger than
+    `dflash_max_batch`, where n-gram drafts alone); if so the proposer stores
     context K/V only (FLAG on the drafter) and `HybridDrafts.context_only` tells
     `combine` that DFlash's drafts are placeholders."""
 
@@ -77,10 +82,12 @@ def wrap_propose_step(original: Any, hybrid_of: Any) -> Any:
         hybrid = hybrid_of(self)
         if hybrid is None:
             return original(self, scheduler_output, sampled, *a, **kw)
-        context_only = False
-        if hasattr(sampled, "shape"):  # padded path: a tensor; never a list for DFlash
+        batch = self.input_batch
+        context_only = hybrid.dflash_max_batch is not None and (
+            batch.num_reqs > hybrid.dflash_max_batch  # n-gram drafts alone in a big batch
+        )
+        if not context_only and hasattr(sampled, "shape"):  # padded: a tensor for DFlash
             try:
-                batch = self.input_batch
                 context_only = lookup_all(
                     hybrid.ngram,
                     _valid_tokens(self, sampled),

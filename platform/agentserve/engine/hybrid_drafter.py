@@ -7,15 +7,15 @@ bookkeeping is done, so the runner's CPU token ids hold the tokens just accepted
 refuses `disable_padded_drafter_batch` for DFlash, which would have given the same inside
 the step). DFlash has drafted every request in the step, as vLLM runs it: its drafter keeps
 context K/V from the target's hidden states and must see every accepted token (on a step
-where prompt lookup matches for every request it stores that context only and skips its
-block forward: engine/hybrid_block.py). Then, per request, the n-gram draft (vLLM's own
-`NgramProposer` on those token ids) replaces DFlash's where prompt lookup finds a match, and
-DFlash's draft is cut to `dflash_tokens` where it does not. The target verifies either kind
-the same way, so the output stays the target's: DFlash drafts greedily here (`check_engine`
-refuses probabilistic drafting, whose draft probabilities would no longer match the tokens),
-and a greedy draft, n-gram or DFlash, is a point mass for the rejection sampler. Async
-scheduling (which hands drafts over inside the worker) must be off: CPU engines run without
-it, and the spec refuses it with hybrid.
+where prompt lookup matches for every request, or in a batch bigger than `dflash_max_batch`,
+it stores that context only and skips its block forward: engine/hybrid_block.py). Then, per
+request, the n-gram draft (vLLM's own `NgramProposer` on those token ids) replaces DFlash's
+where prompt lookup finds a match, and DFlash's draft is cut to `dflash_tokens` where it
+does not. The target verifies either kind the same way, so the output stays the target's:
+DFlash drafts greedily here (`check_engine` refuses probabilistic drafting, whose draft
+probabilities would no longer match the tokens), and a greedy draft, n-gram or DFlash, is a
+point mass for the rejection sampler. Async scheduling (which hands drafts over inside the
+worker) must be off: CPU engines run without it, and the spec refuses it with hybrid.
 
 The engine asks for it with `additional_config={"agentserve_hybrid": {...}}` (see
 `vllm_args.hybrid_config`). `install()` runs from the vLLM plugin in every engine process
@@ -97,6 +97,7 @@ class HybridDrafts:
     ngram: Any  # vLLM NgramProposer (or anything with its `propose`)
     dflash_tokens: int
     stats_path: str | None = None
+    dflash_max_batch: int | None = None  # bigger batches: n-gram drafts only (hybrid_block.py)
     counts: dict[str, ProposerCounts] = field(
         default_factory=lambda: {p: ProposerCounts() for p in PROPOSERS}
     )
@@ -279,7 +280,12 @@ def build(vllm_config: Any, settings: dict[str, Any]) -> HybridDrafts:
         NgramProposer(ngram_config),  # type: ignore[arg-type]  # reads only these fields
         dflash_tokens=int(settings["dflash_tokens"]),
         stats_path=os.environ.get(STATS_ENV) or None,
+        dflash_max_batch=_optional_int(settings.get("dflash_max_batch")),
     )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _hybrid_of(runner: Any) -> HybridDrafts | None:

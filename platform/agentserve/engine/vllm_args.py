@@ -140,6 +140,7 @@ def hybrid_config(model: ModelSpec) -> dict[str, Any] | None:
         "prompt_lookup_min": drafter.prompt_lookup_min,
         "prompt_lookup_max": drafter.prompt_lookup_max,
         "dflash_tokens": drafter.dflash_tokens,
+        "dflash_max_batch": drafter.dflash_max_batch,
     }
     return {HYBRID_CONFIG_KEY: settings}
 

@@ -185,7 +185,12 @@ def test_hybrid_runs_vllms_dflash_and_hands_its_lookup_window_to_the_runner_hook
     }
     kwargs = engine_kwargs(model, "/models/x")
     assert kwargs["additional_config"] == {
-        "agentserve_hybrid": {"prompt_lookup_min": 2, "prompt_lookup_max": 4, "dflash_tokens": 3}
+        "agentserve_hybrid": {
+            "prompt_lookup_min": 2,
+            "prompt_lookup_max": 4,
+            "dflash_tokens": 3,
+            "dflash_max_batch": 1,
+        }
     }
     assert kwargs["async_scheduling"] is False  # vLLM's GPU default for DFlash would skip the hook
     for engine_args, message in (

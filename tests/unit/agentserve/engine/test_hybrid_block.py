@@ -69,8 +69,8 @@ class Ngram:
         return [[1] * k if self.match else [] for _ in valid]
 
 
-def _runner(match: bool, sampled: torch.Tensor):
-    hybrid = h.HybridDrafts(Ngram(match), dflash_tokens=2)
+def _runner(match: bool, sampled: torch.Tensor, max_batch: int | None = None):
+    hybrid = h.HybridDrafts(Ngram(match), dflash_tokens=2, dflash_max_batch=max_batch)
     n = sampled.shape[0]
     runner = SimpleNamespace(
         input_batch=SimpleNamespace(
@@ -102,6 +102,16 @@ def test_the_runner_flags_the_proposer_only_while_every_row_matches(match):
     assert hybrid.context_only is match
     if match:
         assert runner.input_batch.token_ids_cpu[0, 4:6].tolist() == [3, 4]
+
+
+@pytest.mark.parametrize("max_batch, want", [(1, True), (2, False), (None, False)])
+def test_a_batch_bigger_than_dflash_max_batch_drafts_with_ngram_alone(max_batch, want):
+    sampled = torch.tensor([[3, 4, -1], [5, -1, -1]])  # two rows, prompt lookup misses
+    runner, hybrid, step, seen = _runner(False, sampled, max_batch)
+    assert step(runner, None, sampled) == "drafts"
+    assert seen == [want] and hybrid.context_only is want
+    # by the batch rule the early lookup is skipped: no token ids written ahead
+    assert runner.input_batch.token_ids_cpu[0, 4:6].tolist() == ([0, 0] if want else [3, 4])
 
 
 def test_a_list_of_tokens_or_no_hybrid_calls_vllm_unchanged():

@@ -208,6 +208,10 @@ def test_the_runner_hook_combines_what_the_engine_core_takes():
     assert isinstance(out, Taken)
     assert out.req_ids == ["a", "b"]
     assert out.draft_token_ids == [[1, 2, 3], [8, 8]]  # "2 3" matched: n-gram's 1 2 3
+    assert runner._agentserve_hybrid.dflash_max_batch is None  # not in the settings: every batch
+    limited = _runner({**settings, "dflash_max_batch": 2}, Taken(["a"], [[9, 9]]))
+    h._wrap(type(limited).take_draft_token_ids)(limited)
+    assert limited._agentserve_hybrid.dflash_max_batch == 2
 
 
 def test_the_runner_hook_leaves_other_engines_alone():
