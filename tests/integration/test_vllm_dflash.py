@@ -96,14 +96,11 @@ def test_vllm_dflash_and_hybrid_greedy_are_token_identical_in_float32(float32_ce
         assert spec["dtype"] == "float32"
         assert spec["outputs"] == plain["outputs"], f"batch {batch}"
         assert hybrid["outputs"] == plain["outputs"], f"hybrid, batch {batch}"
-        # n-gram drafts were accepted (the runner hook ran); DFlash drafts at batch 1 (by
-        # default, drafter.dflash_max_batch 1, only n-gram drafts in a bigger batch)
+        # both proposers drafted (the runner hook ran) and n-gram drafts were accepted
         proposers = hybrid["proposers"]
-        assert proposers["ngram"]["drafts"] > 0 and proposers["ngram"]["accepted_tokens"] > 0
-        assert batch > 1 or proposers["dflash"]["drafts"] > 0
+        assert proposers["ngram"]["drafts"] > 0 and proposers["dflash"]["drafts"] > 0
+        assert proposers["ngram"]["accepted_tokens"] > 0
         assert hybrid["tau"] > 1.0
-    # at batch 4 every step with more than one request stored DFlash's context only
-    assert _cell(float32_cells, "hybrid", 4)["steps"]["context_only"] > 0
     # at batch 1 a step whose one request n-gram drafts skips DFlash's block forward (its
     # context K/V still stored: the identity above holds across such steps)
     steps = _cell(float32_cells, "hybrid", 1)["steps"]
