@@ -22,6 +22,7 @@ from agentserve.model_sources import resolve_model
 from agentserve_bench import (
     calibrate,
     overhead,
+    ray_idle,
     ray_priority,
     sampling,
     speculative_served,
@@ -110,6 +111,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     speculative_served.add_parser(kinds)
     startup.add_parser(kinds)
     ray_priority.add_parser(kinds)
+    ray_idle.add_parser(kinds)
     stream_interval.add_parser(kinds)
     calibrate.add_parser(kinds)
 

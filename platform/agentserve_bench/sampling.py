@@ -90,6 +90,12 @@ def _settings(text: str) -> list[Setting]:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+# hybrid drafts with DFlash in batches of every size here (the spec's default drafts with
+# n-gram alone above one request): the check samples in batches, and DFlash's drafts must
+# meet the rejection sampler too
+EVERY_BATCH = {"dflash_max_batch": None}
+
+
 def method_configs(
     methods: list[str], model_dir: str, drafter_dir: str | None, k: int
 ) -> dict[str, dict[str, Any] | None]:
@@ -99,7 +105,9 @@ def method_configs(
     for method in methods:
         if method in ("dflash", "hybrid") and drafter_dir is None:
             raise FileNotFoundError("no drafter: pass --drafter or train one")
-        configs[method] = method_speculative_config(method, k, model_dir, drafter_dir)
+        configs[method] = method_speculative_config(
+            method, k, model_dir, drafter_dir, EVERY_BATCH if method == "hybrid" else None
+        )
     return configs
 
 

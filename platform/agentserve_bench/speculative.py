@@ -59,13 +59,18 @@ def histogram_from_positions(drafts: int, accepted_per_pos: list[int]) -> dict[i
 
 
 def method_speculative_config(
-    method: str, k: int, model_dir: str, drafter_dir: str | None
+    method: str,
+    k: int,
+    model_dir: str,
+    drafter_dir: str | None,
+    drafter_settings: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """vLLM speculative_config for one benchmark method, built exactly as `agentserve up`
     builds it from a spec (same n-gram window, same drafter checks). "METHOD+schedule" adds
     the autoscaler's per-batch-size speculation schedule (`agentserve spec
     speculation-schedule`), which turns drafting down where the step-cost model says it
-    stops paying."""
+    stops paying. `drafter_settings`: more of the spec's drafter fields (a speculating
+    method only)."""
 
     name, scheduled = method.removesuffix("+schedule"), method.endswith("+schedule")
     drafter: dict[str, Any] = {"enabled": name != "none", "num_speculative_tokens": max(k, 1)}
@@ -75,6 +80,8 @@ def method_speculative_config(
         drafter["path"] = drafter_dir
     if name == "hybrid":
         drafter["dflash_tokens"] = min(3, max(k, 1))
+    if name != "none":
+        drafter.update(drafter_settings or {})
     spec = DeploymentSpec.model_validate(
         {"models": [{"name": "bench", "source": model_dir, "drafter": drafter}]}
     )

@@ -24,9 +24,11 @@ __all__ = [
     "base_url",
     "current_app_state",
     "describe_progress",
+    "init_local_ray",
     "readiness",
     "start_local",
     "stop_local",
+    "stop_log_monitor",
 ]
 
 APP_NAME = "agentserve"
@@ -91,6 +93,52 @@ def pin_token_auth() -> None:
     auth._enable_token_auth()
 
 
+def stop_log_monitor() -> bool:
+    """Stop the local cluster's log monitor; True when one was running.
+
+    It exists to copy Ray's log lines to a driver started with log_to_driver, and rereads
+    the log directory ten times a second to do it; a quiet `agentserve up` is not such a
+    driver, and nothing else reads it (the logs stay in Ray's files): about 0.2 CPU-s per
+    30 s idle on a 2-core EPYC, taken from the engine's OpenMP threads (`agentserve bench
+    ray-idle`). ray.init has no option for it, so Ray's Node method is used (the call
+    Ray's own tests make); a Ray without it keeps its monitor."""
+    from ray._private import worker
+
+    node = getattr(worker, "_global_node", None)
+    if node is None or not hasattr(node, "kill_log_monitor"):
+        return False
+    try:
+        node.kill_log_monitor(check_alive=False)
+    except Exception as err:  # a private API: serving matters more than this saving
+        logging.getLogger(__name__).warning("Ray's log monitor keeps running: %s", err)
+        return False
+    return True
+
+
+def init_local_ray(num_cpus: int, verbose: bool = False) -> None:
+    """A fresh local Ray cluster on loopback with token auth, Ray's environment for this
+    machine (ray_env.py) and, unless `verbose`, no log lines copied to this process and no
+    log monitor (AGENTSERVE_RAY_LOG_MONITOR=keep keeps it)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    apply_ray_env()  # Ray's processes: nice 0 and a quieter control loop where measured
+    import ray
+
+    pin_token_auth()
+    level = logging.INFO if verbose else logging.ERROR
+    quiet_ray_logging(level)
+    ray.init(
+        address="local",  # always a fresh cluster, never someone else's
+        _node_ip_address=LOOPBACK,
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=verbose,
+        logging_level=level,
+    )
+    if not verbose and os.environ.get("AGENTSERVE_RAY_LOG_MONITOR") != "keep":
+        stop_log_monitor()
+    quiet_ray_logging(level)
+
+
 def start_local(
     spec: DeploymentSpec,
     *,
@@ -102,24 +150,9 @@ def start_local(
     Raises whatever Ray raises when it cannot start. `verbose` streams replica logs (vLLM
     included) to this process's stderr/stdout; otherwise they stay in Ray's log files.
     """
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    apply_ray_env()  # Ray's processes: nice 0 and a quieter control loop where measured
-    import ray
-
-    pin_token_auth()
+    init_local_ray(ray_num_cpus(spec), verbose)
     from ray import serve
 
-    level = logging.INFO if verbose else logging.ERROR
-    quiet_ray_logging(level)
-    ray.init(
-        address="local",  # always a fresh cluster, never someone else's
-        _node_ip_address=LOOPBACK,
-        num_cpus=ray_num_cpus(spec),
-        include_dashboard=False,
-        log_to_driver=verbose,
-        logging_level=level,
-    )
-    quiet_ray_logging(level)
     server = spec.server
     serve.start(
         http_options={

@@ -73,14 +73,14 @@ class DrafterSpec(_Spec):
         "(at most num_speculative_tokens, which n-gram drafts use).",
     )
     dflash_max_batch: int | None = Field(
-        None,
+        1,
         ge=1,
         description="hybrid: the largest batch (requests in a step) at which DFlash drafts "
         "where prompt lookup finds no match; in bigger batches only n-gram drafts and the "
         "drafter only keeps its context (it must see every token), which spares its block "
         "forward over every row. null = every batch. Measured through the server with 1: "
         "hybrid at 4 streams 0.86-0.89x n-gram alone, against 0.79-0.83x drafting with "
-        "DFlash there (docs/benchmarks.md).",
+        "DFlash there (docs/benchmarks.md); at 1 stream unchanged.",
     )
     num_speculative_tokens_per_batch_size: (
         list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=3, max_length=3)]] | None

@@ -2,7 +2,7 @@
 
 import pytest
 from agentserve import ray_env
-from agentserve.ray_env import QUIET, RAY_DEFAULTS, apply_ray_env, ray_env_name
+from agentserve.ray_env import QUIET, RAY_DEFAULTS, UNREAD, apply_ray_env, ray_env_name
 
 
 def test_the_measured_kind_of_cpu_gets_quiet_and_others_keep_rays_defaults(monkeypatch):
@@ -23,7 +23,12 @@ def test_apply_sets_only_what_the_environment_does_not_set():
     for key in set(QUIET) - {"RAY_worker_niceness"}:
         assert environ[key] == QUIET[key] == added[key]
     plain = {"AGENTSERVE_RAY_ENV": "ray"}
-    assert apply_ray_env(plain) == RAY_DEFAULTS
+    assert apply_ray_env(plain) == {**RAY_DEFAULTS, **UNREAD}  # unread on either
+    assert (
+        apply_ray_env({"RAY_enable_metrics_collection": "1"})
+        .keys()
+        .isdisjoint({"RAY_enable_metrics_collection"})
+    )  # an operator who wants Ray's metrics keeps them
     assert set(QUIET) == set(RAY_DEFAULTS)  # a bundle names every variable either way
 
 
@@ -36,6 +41,13 @@ def test_quiet_is_what_rays_processes_read():
     from ray.serve._private import constants
 
     assert ray_constants.RAY_WORKER_NICENESS == "RAY_worker_niceness"
+    from pathlib import Path
+
+    from ray import _raylet
+
+    core = Path(_raylet.__file__).read_bytes()  # RayConfig reads RAY_<name> in C++
+    for name in UNREAD:
+        assert name.encode() + b"\0" in core, name
     source = inspect.getsource(constants)
     for name in ("RAY_SERVE_CONTROL_LOOP_INTERVAL_S", "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS"):
         assert f'"{name}"' in source

@@ -89,3 +89,15 @@ def test_the_driver_runs_each_method_then_the_identity_pass_and_writes_the_docs(
     assert all(r["outputs_identical"] for r in records)
     assert "| vllm" in (tmp_path / "docs" / "benchmarks.md").read_text()
     assert (tmp_path / "docs" / "img" / "speculative.png").stat().st_size > 0
+
+
+def test_the_sampling_check_drafts_hybrid_with_dflash_in_every_batch(drafter_dir):
+    from agentserve_bench.sampling import method_configs
+    from agentserve_bench.speculative import HYBRID_CONFIG_KEY
+
+    drafter = str(drafter_dir)
+    shipped = method_speculative_config("hybrid", 3, "/models/m", drafter)
+    assert shipped[HYBRID_CONFIG_KEY]["dflash_max_batch"] == 1  # as `agentserve up` runs it
+    configs = method_configs(["ngram", "hybrid"], "/models/m", drafter, 3)
+    assert configs["hybrid"][HYBRID_CONFIG_KEY]["dflash_max_batch"] is None
+    assert configs["ngram"] == method_speculative_config("ngram", 3, "/models/m", None)

@@ -189,7 +189,7 @@ def test_hybrid_runs_vllms_dflash_and_hands_its_lookup_window_to_the_runner_hook
             "prompt_lookup_min": 2,
             "prompt_lookup_max": 4,
             "dflash_tokens": 3,
-            "dflash_max_batch": None,
+            "dflash_max_batch": 1,  # the spec default: n-gram alone above one request
         }
     }
     assert kwargs["async_scheduling"] is False  # vLLM's GPU default for DFlash would skip the hook
