@@ -5,8 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 
+import hard_exit
 import pytest
 from up_server import UpServer
+
+hard_exit.install()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """The process ends with this session's status once shutdown is done (see hard_exit.py)."""
+    hard_exit.remember(session)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
