@@ -22,6 +22,7 @@ from agentserve.model_sources import resolve_model
 from agentserve_bench import (
     calibrate,
     overhead,
+    plain_peer,
     ray_idle,
     ray_priority,
     sampling,
@@ -112,6 +113,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     startup.add_parser(kinds)
     ray_priority.add_parser(kinds)
     ray_idle.add_parser(kinds)
+    plain_peer.add_parser(kinds)
     stream_interval.add_parser(kinds)
     calibrate.add_parser(kinds)
 
