@@ -144,26 +144,36 @@ def compile_on_cpu(environ: Mapping[str, str] | None = None, cpu_class: str | No
 def cpu_malloc(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> str:
     """The allocator a CPU engine preloads (engine/cpu_malloc.py): AGENTSERVE_CPU_MALLOC
     when set, else the measured choice for this kind of CPU, else glibc's (none)."""
-    environ = os.environ if environ is None else environ
-    value = environ.get("AGENTSERVE_CPU_MALLOC")
-    if value is None:
-        return MALLOC_BY_CPU.get(cpu_class or _this_cpu_class(), GLIBC)
-    value = value.strip().lower()
-    if value not in ALLOCATORS:
-        raise ValueError(f"AGENTSERVE_CPU_MALLOC={value!r}: one of {', '.join(ALLOCATORS)}")
-    return value
+    return _measured_choice(
+        "AGENTSERVE_CPU_MALLOC", ALLOCATORS, MALLOC_BY_CPU, GLIBC, environ, cpu_class
+    )
 
 
 def cpu_executor(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> str:
     """The executor a one-worker CPU engine runs with ("mp" or "uni", see above):
     AGENTSERVE_CPU_EXECUTOR when set, else the measured choice for this kind of CPU."""
+    return _measured_choice(
+        "AGENTSERVE_CPU_EXECUTOR", EXECUTORS, EXECUTOR_BY_CPU, DEFAULT_EXECUTOR, environ, cpu_class
+    )
+
+
+def _measured_choice(
+    variable: str,
+    choices: tuple[str, ...],
+    by_cpu: Mapping[str, str],
+    default: str,
+    environ: Mapping[str, str] | None,
+    cpu_class: str | None,
+) -> str:
+    """`variable` from the environment when set (one of `choices`, else ValueError), else
+    the measured choice for this kind of CPU (`by_cpu`), else `default`."""
     environ = os.environ if environ is None else environ
-    value = environ.get("AGENTSERVE_CPU_EXECUTOR")
+    value = environ.get(variable)
     if value is None:
-        return EXECUTOR_BY_CPU.get(cpu_class or _this_cpu_class(), DEFAULT_EXECUTOR)
+        return by_cpu.get(cpu_class or _this_cpu_class(), default)
     value = value.strip().lower()
-    if value not in EXECUTORS:
-        raise ValueError(f"AGENTSERVE_CPU_EXECUTOR={value!r}: one of {', '.join(EXECUTORS)}")
+    if value not in choices:
+        raise ValueError(f"{variable}={value!r}: one of {', '.join(choices)}")
     return value
 
 
