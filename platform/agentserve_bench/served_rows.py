@@ -109,11 +109,15 @@ def by_proposer(counters: dict[str, float]) -> dict[str, Any]:
     return {"proposers": out}
 
 
-def fill_ratios(records: list[dict[str, Any]], default_method: str | None) -> list[dict[str, Any]]:
+def fill_ratios(
+    records: list[dict[str, Any]], default_method: str | None, default_k: int | None = None
+) -> list[dict[str, Any]]:
     """Each record with `speedup_vs_plain` (decode tokens/s over the "none" record of the
     same server and engine settings at the same workload and concurrency, same run),
     `throughput_vs_plain`, `greedy_identical` ("i/n" replies equal to plain's) and `default`
-    (the method `agentserve up` uses, on the agentserve rows with the default settings)."""
+    (the method `agentserve up` uses, at `default_k` drafted tokens when given: a method
+    measured at several k drafts at its best one, on the agentserve rows with the default
+    settings)."""
     plain = {_cell(r): r for r in records if r["method"] == "none"}
     out = []
     for r in records:
@@ -130,7 +134,8 @@ def fill_ratios(records: list[dict[str, Any]], default_method: str | None) -> li
             same = sum(a == b for a, b in zip(ours, plain_replies, strict=False))
             extra["greedy_identical"] = f"{same}/{len(plain_replies)}"
         want = default_method or "none"
-        extra["default"] = _deciding(r) and r["method"] == want
+        at_k = default_k is None or r.get("num_speculative_tokens") == default_k
+        extra["default"] = _deciding(r) and r["method"] == want and at_k
         out.append({**r, **extra})
     return out
 

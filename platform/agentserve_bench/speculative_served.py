@@ -237,6 +237,11 @@ def _engine_factory(engine: str, method: str) -> Any:
     return default_engine_factory
 
 
+def _best_k(scores: dict[str, dict[str, Any]], method: str) -> int | None:
+    """The k the default method's best served rows drafted (None for plain decoding)."""
+    return scores[method]["k"] if method in scores else None
+
+
 def report_only(args: argparse.Namespace) -> int:
     """Re-derive the ratios, default flags and the docs section from the committed served
     rows (no measurement): after the default settings or the rule change."""
@@ -248,7 +253,7 @@ def report_only(args: argparse.Namespace) -> int:
     for rows in by_machine(served).values():  # each kind of CPU decides from its own rows
         # ... and from the shipped drafter's dflash/hybrid rows, not a predecessor's
         default, scores = served_default(fill_ratios(rows_of_shipped_drafter(rows), None))
-        records += fill_ratios(rows, default)
+        records += fill_ratios(rows, default, _best_k(scores, default))
     # the section's header and scores: the most recently measured machine
     latest = max(records, key=lambda r: r.get("date", ""))["machine"]
     default, scores = served_default(
@@ -298,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
                         Path(logs),
                     )  # fmt: skip
     default, scores = served_default(fill_ratios(records, None))
-    records = fill_ratios(records, default)
+    records = fill_ratios(records, default, _best_k(scores, default))
     command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     measured = {(r["server"], r["settings"]) for r in records}
 

@@ -82,6 +82,18 @@ def test_ratios_identity_tau_and_default_flag():
     assert out[0]["tau"] == 1.0
 
 
+def test_a_method_measured_at_two_ks_is_the_default_at_its_best_k_only():
+    rows = []
+    for w in ("coding", "agent"):
+        for c in (1, 4):
+            rows += [_row("none", w, c, 20.0), _row("ngram", w, c, 30.0, k=4)]
+            rows.append(_row("ngram", w, c, 36.0 if c == 1 else 29.0, k=8))
+    default, scores = served_default(fill_ratios(rows, None))
+    assert (default, scores["ngram"]["k"]) == ("ngram", 8)  # geometric mean 1.62 vs 1.5
+    out = fill_ratios(rows, default, scores[default]["k"])
+    assert {r["num_speculative_tokens"] for r in out if r["default"]} == {8}
+    assert sum(r["default"] for r in out) == 4
+
 def test_methods_always_start_with_plain():
     assert parse_methods("ngram:4,dflash:3") == [("none", 0), ("ngram", 4), ("dflash", 3)]
     assert parse_methods("none,ngram") == [("none", 0), ("ngram", 4)]
