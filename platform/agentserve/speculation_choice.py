@@ -121,8 +121,8 @@ def served_factors(
             or str(concurrency) not in profile["dtypes"][r["dtype"]]["step_ms"]
         ):
             continue
-        if k + 1 > max(_ks(profile, r["dtype"], concurrency)) + 1:
-            continue
+        if k not in _ks(profile, r["dtype"], concurrency):
+            continue  # the profile did not time this verification's size
         frac = draft_fraction.get(r["method"], 0.0)
         tau = float(r["tau"])
         predicted = predicted_speedup(profile, r["dtype"], concurrency, k, tau, frac)

@@ -64,7 +64,7 @@ StepTerms = tuple[float, float, float]  # (base_ms, knee_tokens, per_token_ms) o
 # served plain decode step at concurrency 1 / the profile's GEMM decode step at batch 1, the
 # largest over the kinds of CPU with both (`served_step_factor` over
 # docs/benchmarks/calibration.json and speculative.json; a unit test holds this equal)
-SERVED_STEP_FACTOR = 2.52
+SERVED_STEP_FACTOR = 2.856
 
 # {machine kind: {dtype: step_terms(profile, dtype)}} of the bundled model's profiles
 # recorded by `agentserve bench calibrate` (docs/benchmarks/calibration.json; a unit test

@@ -51,7 +51,7 @@ DEFAULT_SPECULATION: dict[tuple[str, str], str | None] = {
 # the k the served rows measured, so the default is exactly what was measured
 DEFAULT_SPECULATION_TOKENS: dict[tuple[str, str], int] = {
     (BUNDLED_MODEL, "amx"): 4,
-    (BUNDLED_MODEL, "avx512_bf16"): 4,
+    (BUNDLED_MODEL, "avx512_bf16"): 8,
 }
 
 
