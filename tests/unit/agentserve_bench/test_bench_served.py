@@ -94,6 +94,7 @@ def test_a_method_measured_at_two_ks_is_the_default_at_its_best_k_only():
     assert {r["num_speculative_tokens"] for r in out if r["default"]} == {8}
     assert sum(r["default"] for r in out) == 4
 
+
 def test_methods_always_start_with_plain():
     assert parse_methods("ngram:4,dflash:3") == [("none", 0), ("ngram", 4), ("dflash", 3)]
     assert parse_methods("none,ngram") == [("none", 0), ("ngram", 4)]
