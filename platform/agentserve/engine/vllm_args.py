@@ -80,7 +80,9 @@ def _check_dflash_drafter(model: ModelSpec, path: Path) -> int:
     spec leaves it unset, at most what the drafter's block holds (block_size - 1; a drafter
     trained for a CPU's small blocks holds fewer than the default k). Refuses, by field, a
     checkpoint vLLM would run wrongly or a k the spec sets past the block (positions past
-    its block are untrained guesses)."""
+    its block are untrained guesses). Hybrid drafting checks its DFlash share instead:
+    n-gram drafts up to k, DFlash's draft is cut to `dflash_tokens`, and only those must
+    fit the block (the longer block's first positions accept as the trained one's do)."""
     try:
         cfg = DFlashConfig.load(path)
     except (ValueError, KeyError) as exc:
@@ -91,9 +93,12 @@ def _check_dflash_drafter(model: ModelSpec, path: Path) -> int:
         "num_speculative_tokens" in drafter.model_fields_set,
         cfg.num_draft_tokens,
     )
-    if k > cfg.num_draft_tokens:
+    field, drafted = "num_speculative_tokens", k
+    if drafter.method == "hybrid":  # n-gram drafts k, DFlash's draft is cut to dflash_tokens
+        field, drafted = "dflash_tokens", min(k, drafter.dflash_tokens)
+    if drafted > cfg.num_draft_tokens:
         raise DrafterMissingError(
-            f"model {model.name!r}: drafter.num_speculative_tokens {k} exceeds what drafter "
+            f"model {model.name!r}: drafter.{field} {drafted} exceeds what drafter "
             f"{path} drafts per block (block_size {cfg.block_size} - 1 = {cfg.num_draft_tokens})"
         )
     return k

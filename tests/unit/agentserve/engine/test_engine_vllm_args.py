@@ -73,6 +73,22 @@ def test_an_unset_k_drafts_what_the_drafters_block_holds():
         speculative_config(_model(enabled=True, num_speculative_tokens=7))
 
 
+def test_hybrid_drafts_n_gram_past_the_block_and_dflash_within_it():
+    """Hybrid's n-gram drafts may be longer than the drafter's block: DFlash's own draft is
+    cut to dflash_tokens, and only that must fit the block (served at k=8, DFlash's
+    acceptance in hybrid was what it is at k=4, docs/benchmarks.md)."""
+    from agentserve.drafters import BUNDLED_DRAFTER_DIR
+
+    from dflash.config import DFlashConfig
+
+    most = DFlashConfig.load(BUNDLED_DRAFTER_DIR).num_draft_tokens
+    cfg = speculative_config(_model(enabled=True, method="hybrid", num_speculative_tokens=8))
+    assert cfg["method"] == "dflash" and cfg["num_speculative_tokens"] == 8
+    past = {"method": "hybrid", "num_speculative_tokens": 8, "dflash_tokens": most + 1}
+    with pytest.raises(DrafterMissingError, match=f"dflash_tokens {most + 1} exceeds"):
+        speculative_config(_model(enabled=True, **past))
+
+
 def test_missing_drafter_dir_is_a_clear_error(tmp_path):
     with pytest.raises(DrafterMissingError, match="train-drafter"):
         speculative_config(_model(enabled=True, path=str(tmp_path / "missing")))
