@@ -44,7 +44,7 @@ DEFAULT_SPECULATION: dict[tuple[str, str], str | None] = {
     (BUNDLED_MODEL, "avx2"): None,  # n-gram 0.69-1.04x, DFlash 0.41-0.46x of plain (bf16 is slow)
     # quiet Ray (ray_env): n-gram 1.9-2.8x of plain, hybrid 1.6-2.7x (0.55-0.93x n-gram)
     (BUNDLED_MODEL, "amx"): "ngram",
-    # AMD EPYC (AVX-512 with bf16, no AMX): n-gram 1.5-2.7x of plain, hybrid 1.3-2.4x
+    # AMD EPYC (AVX-512 with bf16, no AMX): n-gram k=8 1.7-3.4x of plain, hybrid 1.5-3.0x
     (BUNDLED_MODEL, "avx512_bf16"): "ngram",
 }
 # ... and the most tokens it drafts (num_speculative_tokens, where the spec leaves it unset):
