@@ -12,7 +12,7 @@ import json
 
 import pytest
 import torch
-from agentserve.drafters import shipped_drafter
+from agentserve.drafters import DEFAULT_SPECULATION_TOKENS, shipped_drafter
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from agentserve_bench.speculative import vllm_runs
 from safetensors.torch import save_file
@@ -25,6 +25,7 @@ from dflash.train.prompts import chat_prompt_ids
 pytestmark = pytest.mark.slow
 
 EAGER = {"enforce_eager": True}  # 30 s engine starts; the decode path is the same
+NGRAM_K = max(DEFAULT_SPECULATION_TOKENS.values())  # the longest draft a default makes
 
 TEXTS = [
     "What is 12 plus 30?",
@@ -62,8 +63,8 @@ def setup(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def float32_cells(setup):
-    """Plain, the shipped drafter (as many drafts as its block holds, at most 7) and hybrid
-    (k=4), float32, batch 1 and 4."""
+    """Plain, the shipped drafter (as many drafts as its block holds, at most 7), hybrid
+    (k=4) and n-gram at the most tokens a default drafts, float32, batch 1 and 4."""
     model_dir, prompts, _ = setup
     drafter = shipped_drafter(BUNDLED_MODEL)
     assert drafter is not None, "the trained drafter ships with agentserve"
@@ -75,7 +76,7 @@ def float32_cells(setup):
         32,
         [1, 4],
         [0.0],
-        methods=[("none", 0), ("dflash", k), ("hybrid", 4)],
+        methods=[("none", 0), ("dflash", k), ("hybrid", 4), ("ngram", NGRAM_K)],
         engine_overrides=EAGER,
         dtype="float32",
     )
@@ -86,8 +87,9 @@ def _cell(cells, method, batch):
 
 
 def test_vllm_dflash_and_hybrid_greedy_are_token_identical_in_float32(float32_cells):
-    """With float32 kernels (no near-tie flips), DFlash and hybrid (n-gram where prompt
-    lookup matches, else DFlash) greedy output equals plain greedy output on every prompt,
+    """With float32 kernels (no near-tie flips), DFlash, hybrid (n-gram where prompt
+    lookup matches, else DFlash) and n-gram at the default's longest draft give greedy
+    output equal to plain greedy output on every prompt,
     at batch 1 and 4: a loss of identity here is a bug, not numerics. (bf16 DFlash runs in
     tests/integration/test_vllm_sampling.py, inside the hybrid engine.)"""
     for batch in (1, 4):
@@ -101,6 +103,9 @@ def test_vllm_dflash_and_hybrid_greedy_are_token_identical_in_float32(float32_ce
         assert proposers["ngram"]["drafts"] > 0 and proposers["dflash"]["drafts"] > 0
         assert proposers["ngram"]["accepted_tokens"] > 0
         assert hybrid["tau"] > 1.0
+        ngram = _cell(float32_cells, "ngram", batch)  # the default method, at its longest k
+        assert ngram["outputs"] == plain["outputs"], f"n-gram k={NGRAM_K}, batch {batch}"
+        assert ngram["tau"] > 1.0
     # at batch 1 a step whose one request n-gram drafts skips DFlash's block forward (its
     # context K/V still stored: the identity above holds across such steps)
     steps = _cell(float32_cells, "hybrid", 1)["steps"]
