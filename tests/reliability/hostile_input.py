@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,31 @@ HOSTILE_CASES: tuple[Case, ...] = (
     Case("messages wrong type", _chat(messages="hi"), 400, "messages", contains="valid list"),
     Case("model wrong type", _chat(model=7), 400, "model", contains="valid string"),
     Case("max_tokens wrong type", _chat(max_tokens="ten"), 400, "max_tokens"),
+    Case(
+        "message content parts not objects",
+        _chat(messages=[{"role": "user", "content": [1, 2]}]),
+        400,
+        "messages[0].content",
+        contains="messages[0].content[0]",
+    ),
+    Case(
+        "message content part text not a string",
+        _chat(messages=[{"role": "user", "content": [{"type": "text", "text": 5}]}]),
+        400,
+        "messages[0].content",
+    ),
+    Case(
+        "message content an object, not a list",
+        _chat(messages=[{"role": "system", "content": {"type": "text", "text": "hi"}}]),
+        400,
+        "messages[0].content",
+    ),
+    Case(
+        "max_completion_tokens zero",
+        _chat(max_completion_tokens=0, max_tokens=5),
+        400,
+        "max_completion_tokens",
+    ),
     Case(
         "message content wrong type",
         _chat(messages=[{"role": "user", "content": 5}]),
@@ -268,6 +294,17 @@ HOSTILE_CASES: tuple[Case, ...] = (
 )
 
 
+class PicklingBackend(LocalBackend):
+    """LocalBackend whose requests cross a serialisation boundary as they do to a Ray
+    replica (a Serve handle pickles its arguments): a request that validated but cannot
+    be pickled would be a 500 in a real deployment, so here too."""
+
+    def generate(self, request: Any) -> Any:
+        import ray.cloudpickle  # what Serve pickles handle arguments with
+
+        return super().generate(pickle.loads(ray.cloudpickle.dumps(request)))
+
+
 def fuzz_client(context: int = CONTEXT, **server: Any) -> tuple[Any, Any]:
     """(TestClient over the ingress app, its FakeEngine) in open mode; server errors come
     back as responses (raise_server_exceptions=False), as a real client would see them."""
@@ -282,7 +319,7 @@ def fuzz_client(context: int = CONTEXT, **server: Any) -> tuple[Any, Any]:
     )
     engine = FakeEngine(MODEL, context)
     asyncio.run(engine.start())
-    app = create_app(spec, {MODEL: LocalBackend(engine)})
+    app = create_app(spec, {MODEL: PicklingBackend(engine)})
     # as a local client sends it: a trusted Host and a JSON body (serve/host_guard.py)
     headers = {"content-type": "application/json"}
     client = TestClient(

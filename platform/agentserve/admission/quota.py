@@ -59,7 +59,8 @@ class RateLimiter:
     def admit(self, tenant: Tenant, reserve_tokens: int = 0, count: int = 1) -> Lease:
         """Count one request of `count` choices for `tenant`, reserving `reserve_tokens` of
         its tokens_per_minute, or raise RateLimitError (429) naming the limit
-        (InvalidRequestError, 400, when `count` alone exceeds max_concurrent_requests)."""
+        (InvalidRequestError, 400, when the request alone exceeds a limit: `count` over
+        max_concurrent_requests, `reserve_tokens` over tokens_per_minute)."""
         limits, now = tenant.rate_limit, self._clock()
         usage = self._usage.setdefault(tenant.name, _Usage())
         _expire(usage, now)
@@ -139,12 +140,13 @@ class RateLimiter:
 
 def _check_tokens(name: str, limit: int, usage: _Usage, reserve: int, now: float) -> None:
     """RateLimitError unless charged + reserved + `reserve` tokens fit in `limit`."""
-    if reserve > limit:
-        raise RateLimitError(
+    if reserve > limit:  # can never fit: a 400, so that clients do not retry it
+        raise InvalidRequestError(
             f"tenant {name!r}: this request may use up to {reserve} tokens (prompt estimate "
-            f"+ max_tokens), more than the limit of {limit} tokens per minute; send a "
-            "smaller max_tokens (or max_completion_tokens)",
-            retry_after_s=WINDOW_S,
+            f"+ max_tokens; the model's whole context when max_tokens is not sent), more "
+            f"than the limit of {limit} tokens per minute; send a smaller max_tokens (or "
+            "max_completion_tokens)",
+            param="max_tokens",
             code="tokens_limit_exceeded",
         )
     charged = sum(n for _, n in usage.tokens)

@@ -16,7 +16,7 @@ an owner it never heard of sends its window of the last minute (`restore`). Pure
 the clock is injected, there is no Ray here.
 
 Answers are plain data (they cross a Ray call): `admit` returns ("lease", lease id) or
-("refused", (message, retry_after_s, code)); `refusal_error` turns the latter back into
+("refused", (message, retry_after_s, code, param)); `refusal_error` turns the latter back into
 the RateLimitError the ingress raises.
 """
 
@@ -47,7 +47,7 @@ RENEW_S = 2.0  # an ingress renews its leases at least this often
 LEASE_TTL_S = 10.0  # leases of an owner silent this long are finished by the book
 DEFAULT_MAX_AGE_S = 360.0  # server.request_timeout_s' default (300 s) and a margin
 
-# ("lease", id) | ("refused", (message, retry_after_s, code)) | ("withdrawn", id)
+# ("lease", id) | ("refused", (message, retry_after_s, code, param)) | ("withdrawn", id)
 Admission = tuple[str, object]
 # an owner's open lease as it reports it: (lease id, tenant, reserved tokens, count)
 OpenLease = tuple[str, Tenant, int, int]
@@ -73,10 +73,11 @@ def share_of(tenant: Tenant, replicas: int) -> Tenant:
 
 def refusal_error(refusal: object) -> APIError:
     """The RateLimitError (429) of a refusal; InvalidRequestError (400) for a request
-    that can never fit (its n over max_concurrent_requests: no retry_after_s)."""
-    message, retry_after_s, code = refusal  # type: ignore[misc]
+    that can never fit (n over max_concurrent_requests, a reservation over
+    tokens_per_minute: no retry_after_s)."""
+    message, retry_after_s, code, param = refusal  # type: ignore[misc]
     if retry_after_s is None:
-        return InvalidRequestError(message, param="n", code=code)
+        return InvalidRequestError(message, param=param, code=code)
     return RateLimitError(message, retry_after_s=retry_after_s, code=code)
 
 
@@ -118,7 +119,7 @@ class QuotaBook:
             lease = self.limiter.admit(tenant, reserve_tokens, count)
         except APIError as err:  # RateLimitError, or n over max_concurrent_requests (400)
             retry_after_s = getattr(err, "retry_after_s", None)  # None: a 400, never fits
-            return "refused", (err.message, retry_after_s, err.code)
+            return "refused", (err.message, retry_after_s, err.code, err.param)
         lease_id = lease_id or f"{owner}/{next(self._ids)}"
         self._leases[lease_id] = (owner, lease)
         self._opened[lease_id] = self._clock()

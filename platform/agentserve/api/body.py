@@ -3,16 +3,17 @@ that is not a JSON document (bad UTF-8, bad syntax, nesting past Python's recurs
 integers past Python's digit limit).
 
 The declared Content-Length is checked before anything is read; a body without one
-(chunked) is counted while it streams, so no more than `max_bytes` is ever held.
+(chunked) is counted while it streams, so no more than `max_bytes` is ever held. A client
+that leaves while sending it is a 499 (ClientClosedError), not a server error.
 """
 
 from __future__ import annotations
 
 import json
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
-from agentserve.api.errors import InvalidRequestError, RequestTooLargeError
+from agentserve.api.errors import ClientClosedError, InvalidRequestError, RequestTooLargeError
 
 __all__ = ["decode_json", "read_body", "read_json_body"]
 
@@ -33,11 +34,14 @@ async def _read_bounded(request: Request, max_bytes: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(int(declared), max_bytes)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise _too_large(size, max_bytes, at_least=True)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise _too_large(size, max_bytes, at_least=True)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientClosedError("The client left while sending the body.") from None
     return b"".join(chunks)
 
 

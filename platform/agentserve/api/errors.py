@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APIError",
     "AuthenticationError",
+    "ClientClosedError",
     "InvalidRequestError",
     "ModelNotFoundError",
     "OverloadedError",
@@ -108,6 +109,14 @@ class ModelNotFoundError(APIError):
             param="model",
             code="model_not_found",
         )
+
+
+class ClientClosedError(APIError):
+    """499 (nginx's "client closed the request"): the client went away before its request
+    was read; recorded as such, with nobody left to answer."""
+
+    status = 499
+    type = "client_closed_request"
 
 
 class RateLimitError(APIError):

@@ -98,6 +98,8 @@ def parse_request(
         raise InvalidRequestError(
             f"The request body does not fit the {kind} schema: {err}"
         ) from None
+    if kind == "chat":
+        _materialize_content(request)
     checkpoint()
     _check_edge(kind, request, data)
     check_schemas(data, schema_cache, checkpoint=checkpoint)
@@ -111,6 +113,27 @@ def parse_request(
 
 def _no_checkpoint() -> None:
     pass
+
+
+def _materialize_content(request: ChatCompletionRequest) -> None:
+    """vLLM types a message's `content` as an Iterable of parts: what does not fit the list
+    member stays a lazy pydantic iterator that has checked nothing (and cannot be pickled,
+    so a Ray handle would fail on it with a 500). Iterate it here: its parts are validated
+    now, and a bad one is a 400 naming the message."""
+    for i, message in enumerate(request.messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if content is None or isinstance(content, (str, list)):
+            continue
+        param = f"messages[{i}].content"
+        try:
+            message["content"] = list(content)
+        except ValidationError as err:
+            error = err.errors(include_url=False)[0]
+            part = next((f"[{p}]" for p in error["loc"] if isinstance(p, int)), "")
+            message = f"Invalid {param}{part}: {error['msg']}"
+            raise InvalidRequestError(message, param=param) from None
+        except (TypeError, ValueError) as err:
+            raise InvalidRequestError(f"Invalid {param}: {err}", param=param) from None
 
 
 def _first_error(err: ValidationError, data: dict[str, Any]) -> tuple[str | None, str]:
@@ -186,7 +209,7 @@ def _check_edge(kind: RequestKind, request: Any, data: dict[str, Any]) -> None:
         raise InvalidRequestError("'temperature' must be in [0, 2].", param="temperature")
     if top_p is not None and not 0 < top_p <= 1:
         raise InvalidRequestError("'top_p' must be in (0, 1].", param="top_p")
-    limit_name = "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"
+    limit_name = requested_max_tokens(data)[0]
     limit = data.get(limit_name)
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise InvalidRequestError(f"'{limit_name}' must be a positive integer.", param=limit_name)

@@ -202,7 +202,8 @@ def _leading_field(message: str, request: Any) -> str | None:
 
 def requested_max_tokens(data: dict[str, Any]) -> tuple[str, int | None]:
     """(the parameter's name, its value) of the output token limit a body asks for."""
-    name = "max_completion_tokens" if data.get("max_completion_tokens") else "max_tokens"
+    completion = data.get("max_completion_tokens") is not None
+    name = "max_completion_tokens" if completion else "max_tokens"
     value = data.get(name)
     return name, value if isinstance(value, int) and not isinstance(value, bool) else None
 

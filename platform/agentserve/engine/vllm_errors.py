@@ -30,16 +30,21 @@ def request_error_from_vllm(err: BaseException) -> EngineRequestError | None:
 
 def error_from_payload(payload: dict[str, Any]) -> EngineError:
     """An OpenAI error body (vLLM's error response or SSE error event) -> the engine error:
-    4xx -> EngineRequestError, 503 -> EngineUnavailableError, else EngineError."""
+    4xx -> EngineRequestError with OpenAI's error type (vLLM's payloads carry its exception
+    names), 501 -> a 400 (unsupported), 503 -> EngineUnavailableError, else EngineError."""
     error = payload.get("error") or {}
     status = error.get("code") if isinstance(error.get("code"), int) else 500
     message = error.get("message") or "vLLM error"
-    if 400 <= status < 500:
+    if status == 501:  # a feature this build does not implement: the request's doing
+        return EngineRequestError(
+            message, status=400, type="invalid_request_error", code="unsupported_parameter"
+        )
+    if 400 <= status < 500:  # vLLM's type names (BadRequestError...) -> OpenAI's
         code = "context_length_exceeded" if "context length" in message else None
         return EngineRequestError(
             message,
             status=status,
-            type=error.get("type") or "invalid_request_error",
+            type="not_found_error" if status == 404 else "invalid_request_error",
             param=error.get("param"),
             code=code,
         )

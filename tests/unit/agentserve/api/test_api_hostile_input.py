@@ -189,3 +189,34 @@ def test_tool_names_allow_namespaces_and_schemas_with_refs():
         },
     }
     parse_request("chat", {"model": "m", "messages": MSG, "tools": [tool]})
+
+
+def test_a_client_leaving_while_sending_the_body_is_a_499_not_a_server_error(caplog):
+    """Content-Length 1000, part of the body, then the client disconnects: recorded as
+    client-closed, with no error logged (a 500 and a traceback before)."""
+    import asyncio
+
+    client, _ = fuzz_client()
+    app = client.app
+    messages = [
+        {"type": "http.request", "body": b'{"model": "m", "mess', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent = []
+
+    async def receive():
+        return messages.pop(0) if messages else await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    headers = [(b"host", b"localhost"), (b"content-type", b"application/json")]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+        "query_string": b"", "root_path": "", "headers": [*headers, (b"content-length", b"1000")],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000),
+    }  # fmt: skip
+    asyncio.run(app(scope, receive, send))
+    assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [499]
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

@@ -94,6 +94,14 @@ def test_refusal_error_round_trips(limits):
     assert err.headers()["Retry-After"] and "in flight" in err.message
 
 
+def test_a_request_over_the_whole_token_budget_comes_back_as_a_400_naming_max_tokens():
+    book, tenant = QuotaBook(Clock()), _tenant(tokens_per_minute=100)
+    kind, refusal = book.admit("a", tenant, reserve_tokens=101)
+    assert kind == "refused"
+    err = refusal_error(refusal)
+    assert (err.status, err.param, err.code) == (400, "max_tokens", "tokens_limit_exceeded")
+
+
 def test_a_lease_older_than_the_longest_request_is_finished_though_its_owner_lives():
     clock = Clock()
     book = QuotaBook(clock, max_age_s=100)

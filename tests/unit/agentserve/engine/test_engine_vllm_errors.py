@@ -27,3 +27,25 @@ def test_not_found_is_404_and_server_faults_stay_unmapped():
     assert request_error_from_vllm(VLLMNotFoundError("no such adapter")).status == 404
     assert request_error_from_vllm(RuntimeError("engine exploded")) is None
     assert request_error_from_vllm(ValueError("internal")) is None
+
+
+def test_returned_errors_get_openai_types_not_vllm_exception_names():
+    """vLLM returns (not raises) rendering errors, a prompt past the context among them,
+    with its exception's name as the type: the client sees OpenAI's types either way."""
+    from agentserve.engine.vllm_errors import error_from_payload
+
+    def payload(status, type_, message="m"):
+        return {"error": {"message": message, "type": type_, "param": None, "code": status}}
+
+    context = error_from_payload(payload(400, "BadRequestError", "maximum context length is 2048"))
+    assert (context.status, context.type, context.code) == (
+        400, "invalid_request_error", "context_length_exceeded",
+    )  # fmt: skip
+    assert error_from_payload(payload(422, "UnprocessableEntityError")).type == (
+        "invalid_request_error"
+    )
+    missing = error_from_payload(payload(404, "NotFoundError"))
+    assert (missing.status, missing.type) == (404, "not_found_error")
+    unsupported = error_from_payload(payload(501, "NotImplementedError"))
+    assert (unsupported.status, unsupported.code) == (400, "unsupported_parameter")
+    assert type(error_from_payload(payload(500, "InternalServerError"))).__name__ == "EngineError"

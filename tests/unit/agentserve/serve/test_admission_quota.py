@@ -10,7 +10,7 @@ import pytest
 from agentserve.admission.quota import RateLimiter
 from agentserve.admission.shares import QueueShares, token_reservation
 from agentserve.api.auth import TenantResolver
-from agentserve.api.errors import OverloadedError, RateLimitError
+from agentserve.api.errors import InvalidRequestError, OverloadedError, RateLimitError
 from agentserve.api.openai import parse_request
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
@@ -90,11 +90,14 @@ def test_reservation_settles_to_actual_usage():
     limiter.admit(tenant, 60)
 
 
-def test_a_request_larger_than_the_whole_budget_says_to_lower_max_tokens():
+def test_a_request_larger_than_the_whole_budget_is_a_400_saying_to_lower_max_tokens():
+    """It can never fit: a 429 would have clients retry it (the OpenAI SDK twice, after
+    Retry-After), so it is a 400 naming max_tokens."""
     tenant = TenantResolver(_spec({"tokens_per_minute": 50})).resolve(f"Bearer {KEYS['alpha']}")
-    with pytest.raises(RateLimitError, match="smaller max_tokens") as err:
+    with pytest.raises(InvalidRequestError, match="smaller max_tokens") as err:
         RateLimiter().admit(tenant, 51)
-    assert err.value.code == "tokens_limit_exceeded"
+    assert (err.value.status, err.value.code) == (400, "tokens_limit_exceeded")
+    assert err.value.param == "max_tokens" and not err.value.headers()
 
 
 @pytest.mark.parametrize(
