@@ -124,11 +124,6 @@ def _hub() -> dict[str, Any]:
 
 def _addons() -> dict[str, Any]:
     return {
-        "kuberay": _obj(
-            {"enabled": _bool("Install the KubeRay operator chart as a dependency.")},
-            "KubeRay operator (optional dependency, condition kuberay.enabled).",
-        ),
-        "kuberay-operator": _free("Values passed to the KubeRay operator chart."),
         "phoenix": _obj(
             {"enabled": _bool("Deploy the Phoenix trace UI (tracing issue)."),
              "image": _image(),

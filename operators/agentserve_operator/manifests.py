@@ -40,6 +40,7 @@ from agentserve_operator.pods import (
     RAY_METRICS_PORT,
     SPEC_MOUNT,
     autoscaler_volume_mounts,
+    container_security_context,
     head_group,
     labels,
     worker_group,
@@ -182,6 +183,7 @@ def rayservice(d: r.Desired, kuberay: kr.KubeRay | None = None) -> dict[str, Any
                 # the autoscaler sidecar (in the head pod) patches the RayCluster and lists
                 # pods: the only container with a service-account token
                 "volumeMounts": autoscaler_volume_mounts(),
+                "securityContext": container_security_context(),
             },
             "headGroupSpec": head_group(d, admin_ports(d)),
             "workerGroupSpecs": [worker_group(d, m) for m in d.spec.models],

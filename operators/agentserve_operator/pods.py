@@ -25,6 +25,7 @@ from agentserve_operator.key_salt import salt_env
 
 __all__ = [
     "autoscaler_volume_mounts",
+    "container_security_context",
     "head_group",
     "labels",
     "worker_group",
@@ -40,6 +41,7 @@ HEAD_RESOURCE = "agentserve-head"  # only the head pod has it; the ingress asks 
 DASHBOARD_PORT = 8265  # KubeRay's head probe: localhost:8265/api/gcs_healthz
 DASHBOARD_AGENT_PORT = 52365  # KubeRay's probes: localhost:52365/api/local_raylet_healthz
 RAY_METRICS_PORT = 8080  # Ray's metrics export on every pod (Ray's, and vLLM's via Ray)
+POD_FS_GROUP = 100  # "users": the group of the serving images' files (docker/Dockerfile.cuda)
 HUB_CACHE_MOUNT = "/hf-cache"  # per-pod cache when kubernetes.hub_cache is not set
 # vLLM's compile cache (VLLM_CACHE_ROOT): a restarted engine loads what a first start compiled
 # (about a minute on CPU, see docs/benchmarks.md "startup"). On the hub cache claim when there
@@ -162,9 +164,6 @@ def _env_from(d: r.Desired) -> list[dict[str, Any]]:
 def _container(d: r.Desired, name: str, resources: dict[str, Any], *, worker: bool,
                capabilities_add: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     _, mounts = _volumes(d, worker=worker)
-    capabilities: dict[str, Any] = {"drop": ["ALL"]}
-    if capabilities_add:
-        capabilities["add"] = list(capabilities_add)
     container = {
         "name": name,
         "image": d.kube.image,
@@ -172,11 +171,7 @@ def _container(d: r.Desired, name: str, resources: dict[str, Any], *, worker: bo
         "env": _env(d, worker=worker),
         "resources": resources,
         "volumeMounts": mounts,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": capabilities,
-            "runAsNonRoot": True,
-        },
+        "securityContext": container_security_context(capabilities_add),
     }
     if _env_from(d):
         container["envFrom"] = _env_from(d)
@@ -192,9 +187,16 @@ def _pod_template(d: r.Desired, container: dict[str, Any], extra_labels: dict[st
         # Ray itself needs no Kubernetes API access: no token in the Ray containers (the
         # head's autoscaler sidecar gets one of its own, AUTOSCALER_TOKEN_VOLUME); syscalls
         # filtered by the runtime's profile (the root file system stays writable: Ray
-        # writes /tmp/ray and its sessions)
+        # writes /tmp/ray and its sessions). fsGroup: a fresh block volume (the Hugging
+        # Face cache claim) has a root-owned root directory; the kubelet gives it this
+        # group, which the images' user 1000 gets as a supplementary group, so the cache
+        # is writable (once per volume: OnRootMismatch skips the walk of a filled cache)
         "automountServiceAccountToken": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "seccompProfile": {"type": "RuntimeDefault"},
+            "fsGroup": POD_FS_GROUP,
+            "fsGroupChangePolicy": "OnRootMismatch",
+        },
     }
     if d.kube.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": s} for s in d.kube.image_pull_secrets]
@@ -221,6 +223,16 @@ def _autoscaler_token_volume() -> dict[str, Any]:
             ],
         },
     }  # fmt: skip
+
+
+def container_security_context(capabilities_add: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every container KubeRay runs for a deployment, the autoscaler sidecar included (the
+    one holding a service-account token): no privilege escalation, capabilities dropped
+    (PodSecurity "restricted" admits nothing less), a non-root user."""
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if capabilities_add:
+        capabilities["add"] = list(capabilities_add)
+    return {"allowPrivilegeEscalation": False, "capabilities": capabilities, "runAsNonRoot": True}
 
 
 def autoscaler_volume_mounts() -> list[dict[str, Any]]:

@@ -76,11 +76,12 @@ def _candidate_refs(d: r.Desired) -> list[ObjectRef]:
 
 
 def observe(cluster: Cluster, d: r.Desired, monitoring: bool) -> dict[ObjectRef, dict[str, Any]]:
-    """Current copies of the CR's possible children (absent ones left out); ServiceMonitors
-    are looked up only when `monitoring` (their CRD exists)."""
+    """Current copies of the CR's possible children (absent ones left out); the Prometheus
+    operator's kinds are looked up only when `monitoring` (their CRD exists: a kind the API
+    server does not know makes the dynamic client rerun API discovery on every lookup)."""
     observed = {}
     for ref in _candidate_refs(d):
-        if ref.kind == "ServiceMonitor" and not monitoring:
+        if ref.api_version.startswith("monitoring.coreos.com/") and not monitoring:
             continue
         obj = cluster.get(ref)
         if obj is not None:

@@ -156,8 +156,7 @@ class KubernetesSpec(_K8s):
         max_length=63,
         description="Namespace of KubeRay's operator: only its pods (labels "
         "kuberay_operator_labels) in this namespace may reach the Ray "
-        "dashboard and dashboard agent (NetworkPolicy). The chart sets its release "
-        "namespace when it installs KubeRay (kuberay.enabled).",
+        "dashboard and dashboard agent (NetworkPolicy).",
     )
     kuberay_operator_labels: dict[str, str] = Field(
         default_factory=lambda: dict(KUBERAY_OPERATOR_LABELS),
@@ -283,6 +282,7 @@ def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None, *,
     CLUSTER_INGRESS_REPLICAS.
     """
     meta = cr.get("metadata", {})
+    _check_name(meta.get("name") or "")
     raw = dict(cr.get("spec") or {})
     raw.setdefault("name", meta.get("name"))  # Serve app and metrics named after the CR
     kube = _kube_spec(raw.pop("kubernetes", None) or {})
@@ -317,6 +317,23 @@ def desired_from_cr(cr: dict[str, Any], secret_data: dict[str, str] | None, *,
         spec=spec,
         kube=kube,
     )
+
+
+# KubeRay refuses a RayService whose name is not a DNS-1035 label or is longer than its
+# MaxRayServiceNameLength (53 - 6: room for the RayCluster's suffix); the RayService is named
+# after the AgentServe, so such a name is refused here, saying why, not left waiting.
+MAX_NAME_LENGTH = 47
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _check_name(name: str) -> None:
+    if len(name) > MAX_NAME_LENGTH or not _DNS_1035.match(name):
+        raise InvalidResource(
+            f"invalid AgentServe name {name!r}: its RayService takes the name, and KubeRay "
+            f"accepts only a DNS-1035 label (lower-case letters, digits and '-', starting "
+            f"with a letter) of at most {MAX_NAME_LENGTH} characters",
+            [("metadata.name", f"a DNS-1035 label of at most {MAX_NAME_LENGTH} characters")],
+        )
 
 
 def hub_ids(spec: DeploymentSpec) -> list[str]:

@@ -74,10 +74,6 @@ Secret and the serving image filled in where the spec leaves them out. */}}
 {{- $_ := set $kube "image" (include "agentserve.servingImage" (dict "root" . "gpu" (gt (int $gpus) 0))) }}
 {{- $_ := set $kube "image_pull_policy" .Values.servingImage.pullPolicy }}
 {{- end }}
-{{- /* the chart's own KubeRay runs here: only its operator may reach the dashboard */}}
-{{- if and .Values.kuberay.enabled (not $kube.kuberay_namespace) }}
-{{- $_ := set $kube "kuberay_namespace" .Release.Namespace }}
-{{- end }}
 {{- $claim := include "agentserve.hubCacheClaim" . }}
 {{- if and $claim (not $kube.hub_cache) }}
 {{- $_ := set $kube "hub_cache" (dict "claim_name" $claim "mount_path" .Values.hubCache.mountPath) }}

@@ -122,3 +122,21 @@ def test_ipc_lock_says_it_does_nothing_for_the_non_root_images():
     assert "uid 1000" in text and "ulimit -l" in text
     docs = (ROOT / "docs" / "kubernetes.md").read_text()
     assert "ipc_lock" in docs and "RLIMIT_MEMLOCK" in docs
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [("a" * 47, True), ("qwen3-8b-dflash", True), ("a" * 48, False), ("8b-model", False),
+     ("my_model", False), ("Model", False), ("model-", False)],
+)  # fmt: skip
+def test_names_kuberay_would_refuse_are_refused_saying_why(name, ok):
+    """KubeRay takes a RayService only with a DNS-1035 name of at most 47 characters
+    (ValidateRayServiceMetadata); the RayService is named after the AgentServe."""
+    cr = gpu_cr(kubernetes={"api_key_secret": "demo-keys"})
+    cr["metadata"]["name"] = name
+    if ok:
+        assert m.rayservice(desired_from_cr(cr, KEYS))["metadata"]["name"] == name
+    else:
+        with pytest.raises(InvalidResource, match="DNS-1035 label") as err:
+            desired_from_cr(cr, KEYS)
+        assert err.value.errors[0][0] == "metadata.name"

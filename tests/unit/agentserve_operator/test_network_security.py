@@ -44,10 +44,17 @@ def test_ray_pods_run_with_seccomp_and_without_a_service_account_token():
         pod = group["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        # a fresh block volume's root-owned root becomes writable by the images' user
+        assert pod["securityContext"]["fsGroup"] == 100
         for container in pod["containers"]:
             assert "serviceaccount" not in str(container["volumeMounts"])
         kv.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod},
                     "1.30", strict=True)  # fmt: skip
+    # the sidecar holding the token is as locked down as the Ray containers (PodSecurity
+    # "restricted" rejects the head pod otherwise)
+    sidecar = cluster["autoscalerOptions"]["securityContext"]
+    assert sidecar == groups[0]["template"]["spec"]["containers"][0]["securityContext"]
+    assert sidecar["capabilities"]["drop"] == ["ALL"] and sidecar["runAsNonRoot"] is True
     [mount] = cluster["autoscalerOptions"]["volumeMounts"]
     # where Ray's KubeRay node provider reads the token (not a copy of the path)
     from ray.autoscaler._private.kuberay.node_provider import IN_CLUSTER_TOKEN_PATH
@@ -138,16 +145,15 @@ def test_chart_network_policy_for_the_operator(chart):
 
 
 @pytestmark_helm
-def test_chart_admits_kuberay_from_the_namespace_it_runs_in(chart):
-    """The chart's own KubeRay (kuberay.enabled) runs in the release namespace; otherwise
-    the AgentServe keeps the spec default (kuberay-system) or the value given."""
+def test_chart_admits_kuberay_from_the_namespace_given(chart):
+    """KubeRay is installed on its own: the AgentServe keeps the spec default
+    (kuberay-system) whatever the release namespace, or the value given."""
     values = CHART_DIR / "ci" / "gpu-values.yaml"  # no kuberay_namespace set
 
     def kube(*sets: str) -> dict:
         [cr] = [o for o in render(chart, values, *sets) if o["kind"] == "AgentServe"]
         return cr["spec"]["kubernetes"]
 
-    assert kube("--namespace", "ai", "--set", "kuberay.enabled=true")["kuberay_namespace"] == "ai"
     assert "kuberay_namespace" not in kube("--namespace", "ai")
     given = ("--set", "agentServe.spec.kubernetes.kuberay_namespace=ray-ops")
-    assert kube("--set", "kuberay.enabled=true", *given)["kuberay_namespace"] == "ray-ops"
+    assert kube("--namespace", "ai", *given)["kuberay_namespace"] == "ray-ops"

@@ -104,6 +104,10 @@ def test_spec_update_scales_and_bumps_generation(cluster):
 def test_servicemonitor_follows_the_prometheus_crd(cluster):
     reconcile(cluster, cr(cluster), T0)
     assert cluster.find("ServiceMonitor", "demo") is None
+    # kinds the API server does not serve are not even looked up (each miss would rerun
+    # the dynamic client's API discovery, every reconcile)
+    monitors = ("ServiceMonitor/", "PodMonitor/")
+    assert not [c for c in cluster.calls if c[0] == "get" and c[1].startswith(monitors)]
     cluster.crds.add(MONITORING_CRD)
     reconcile(cluster, cr(cluster), T1)
     assert cluster.find("ServiceMonitor", "demo") is not None
