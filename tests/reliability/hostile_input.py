@@ -92,6 +92,18 @@ HOSTILE_CASES: tuple[Case, ...] = (
         400,
         "messages[0].content",
     ),
+    Case("n a boolean", _chat(n=True), 400, "n", contains="must be an integer"),
+    Case("max_tokens a boolean", _chat(max_tokens=True), 400, "max_tokens"),
+    Case("seed a string", _chat(seed="1"), 400, "seed", contains="not a JSON string"),
+    Case("stream a string", _chat(stream="yes"), 400, "stream", contains="a boolean"),
+    Case("chat logprobs a string", _chat(logprobs="yes"), 400, "logprobs"),
+    Case(
+        "completion logprobs a boolean",
+        {"model": MODEL, "prompt": "hi", "logprobs": True},
+        400,
+        "logprobs",
+        path="/v1/completions",
+    ),
     Case(
         "max_completion_tokens zero",
         _chat(max_completion_tokens=0, max_tokens=5),

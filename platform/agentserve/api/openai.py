@@ -33,6 +33,7 @@ from vllm.entrypoints.serve.engine.protocol import UsageInfo
 from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
+from agentserve.api.json_types import check_json_types
 from agentserve.api.validate import (
     MAX_CHOICES,
     Checkpoint,
@@ -79,6 +80,7 @@ def parse_request(
     check_tool_limits(data)
     check_sizes(data)
     check_values(data, checkpoint)
+    check_json_types(kind, data)
     checkpoint()
     if kind == "chat" and "messages" in data and not isinstance(data["messages"], list):
         # vLLM's before-validators iterate messages before pydantic checks its type

@@ -150,7 +150,8 @@ def test_param_path():
         ({"stop": [f"s{i}" for i in range(9)]}, "stop", "at most 4 items"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "valid string"),
         ({"response_format": {"type": "yaml"}}, "response_format.type", "'json_schema'"),
-        ({"max_tokens": "ten"}, "max_tokens", "valid integer"),
+        ({"user": 7}, "user", "valid string"),
+        ({"max_tokens": "ten"}, "max_tokens", "must be an integer"),  # api/json_types.py
     ],
 )
 def test_union_errors_name_the_field_sent(data, param, says):
