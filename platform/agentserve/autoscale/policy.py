@@ -16,6 +16,9 @@ Contracts of `decide`:
   (consolidation check: no 2 <-> 1 oscillation);
 - with no ready replica and traffic waiting, requests are held at the ingress
   (`hold_requests`) for at most cold_start_hold_timeout_s, then refused with 503;
+- no SLA ratio from a window of fewer than MIN_RATIO_REQUESTS requests, no TPOT ratio for
+  an SLO the model cannot meet at batch 1, and without a queue no more replicas than
+  requests in flight ("hold_saturated");
 - a rising arrival rate (recent window vs look-back, burst.py) raises the floor ahead of
   the load, with hysteresis; reason "burst_floor";
 - the replica start time (warming credit, burst lead) is the measured one the replicas
@@ -43,6 +46,9 @@ __all__ = ["PolicySpec", "PolicyState", "ScaleDecision", "Sla", "Snapshot", "Ten
 __all__ += ["capacity_floor", "decide", "planned_start_s", "sla_ratios"]
 
 _CALIBRATION_RANGE = (0.5, 3.0)
+MIN_RATIO_REQUESTS = 5
+"""Fewer requests than this in the whole deployment's window: no SLA ratio (one long
+prompt's own prefill is not a capacity problem; another replica would not shorten it)."""
 MIN_START_S = 1.0
 """A start planned as shorter counts as this long (an engine ready at once still waits for
 its replica to be placed and started)."""
@@ -51,16 +57,26 @@ its replica to be placed and started)."""
 def sla_ratios(
     tenants: Mapping[str, TenantLatency], spec: PolicySpec
 ) -> tuple[float | None, float | None]:
-    """(TTFT ratio, TPOT ratio): max over tenants of p95 / SLO; None without samples."""
+    """(TTFT ratio, TPOT ratio): max over tenants of p95 / SLO; None without samples or
+    with fewer than MIN_RATIO_REQUESTS requests in the window over all tenants. A TPOT SLO
+    the latency model says no batch size meets (its batch-1 TPOT is above it) is left out:
+    no number of replicas reaches it, and chasing it would grow the fleet to max_replicas."""
     ttft: float | None = None
     tpot: float | None = None
+    if sum(lat.requests for lat in tenants.values()) < MIN_RATIO_REQUESTS:
+        return None, None
     for name, lat in tenants.items():
         sla = spec.slas.get(name, spec.default_sla)
         if lat.ttft_p95_ms is not None:
             ttft = max(ttft or 0.0, lat.ttft_p95_ms / sla.ttft_ms)
-        if lat.tpot_p95_ms is not None and spec.use_tpot:
+        if lat.tpot_p95_ms is not None and spec.use_tpot and _reachable(spec, sla.tpot_ms):
             tpot = max(tpot or 0.0, lat.tpot_p95_ms / sla.tpot_ms)
     return ttft, tpot
+
+
+def _reachable(spec: PolicySpec, tpot_slo_ms: float) -> bool:
+    """Whether the modelled TPOT at batch 1 meets the SLO (True without a model)."""
+    return spec.model is None or spec.model.tpot_ms(1, _drafted(spec, 1)) <= tpot_slo_ms
 
 
 def _max_or_none(*values: float | None) -> float | None:
@@ -181,7 +197,8 @@ def _reactive_target(
     flight at the planned fill (max_num_seqs x target_utilization). Without a queue, TTFT
     samples describe a backlog already served: scale capacity by the projected TPOT ratio
     over mid-band (at most max_upscale_factor). Without warming replicas at least one more;
-    with them, only what their credited capacity does not cover."""
+    with them, only what their credited capacity does not cover. Without a queue, never
+    more replicas than requests in flight: each already has a replica to itself."""
     if snap.queued > 0:
         slots = max(1.0, spec.max_num_seqs * spec.target_utilization)
         desired = math.ceil(snap.in_flight / slots - 1e-9)
@@ -190,7 +207,21 @@ def _reactive_target(
         desired = math.ceil(capacity * min(tpot / spec.mid_ratio, spec.max_upscale_factor) - 1e-9)
     if not snap.warming_ages_s:
         desired = max(desired, snap.current_replicas + 1)
+    if snap.queued == 0:
+        desired = min(desired, max(snap.current_replicas, math.ceil(snap.in_flight)))
     return desired
+
+
+def _hold_reason(snap: Snapshot, spec: PolicySpec, hot: bool, up_since: float | None) -> str:
+    """Why the up direction holds."""
+    if not hot:
+        return "hold"
+    if snap.warming_ages_s:
+        return "hold_in_flight"
+    if up_since is None or snap.now_s - up_since < spec.upscale_delay_s:
+        return "hold_upscale_delay"
+    # a breach, but the fleet is at its bound or has a replica per request in flight
+    return "hold_at_max" if snap.current_replicas >= spec.max_replicas else "hold_saturated"
 
 
 def _scale_up(
@@ -217,10 +248,7 @@ def _scale_up(
         reactive = _reactive_target(snap, spec, ratios, capacity)
     target = _clamp(max(reactive, floor, current), spec)
     if target <= current:
-        reason = (
-            "hold" if not hot else "hold_in_flight" if snap.warming_ages_s else "hold_upscale_delay"
-        )
-        return current, reason, state
+        return current, _hold_reason(snap, spec, hot, up_since), state
     reason = "capacity_floor" if floor >= reactive else "sla_ratio"
     # a floor step leaves a breach's timer running: it may be far smaller than the breach
     up_since = up_since if reason == "capacity_floor" else None

@@ -68,10 +68,11 @@ _TTFT, _TPOT, _REQS = "agentserve_ttft_hist:", "agentserve_tpot_hist:", "agentse
 _RECENT = "agentserve_arrival_rps_recent"
 _START = "agentserve_replica_start_s"
 _SLEEPING, _WAKE = "agentserve_replica_sleeping", "agentserve_replica_wake_s"
-_RATE, _PROMPT, _OUTPUT = (
+_RATE, _PROMPT, _OUTPUT, _FINISHED = (
     "agentserve_arrival_rps",
     "agentserve_prompt_tokens",
     "agentserve_output_tokens",
+    "agentserve_finished_requests",
 )
 _RUNNING, _WAITING, _ACCEPT = (
     "agentserve_engine_running",
@@ -161,6 +162,7 @@ def encode_replica_stats(
     arrival_rate_rps: float,
     mean_prompt_tokens: float,
     mean_output_tokens: float,
+    finished_requests: int = 0,
     engine_running: float = 0.0,
     engine_waiting: float = 0.0,
     acceptance_by_batch: Mapping[str, float] | None = None,
@@ -179,8 +181,10 @@ def encode_replica_stats(
     the burst detector's short window (burst.RECENT_WINDOW_S); `replica_start_s` how long
     the replica took to start, construction to engine ready (`agentserve_replica_start_s`,
     omitted when None); `sleeping` whether its engine sleeps now and `wake_s` its last
-    wake, seconds (idle sleep, serve/sleep_gate.py; each omitted when None)."""
+    wake, seconds (idle sleep, serve/sleep_gate.py; each omitted when None). The token means
+    are over the `finished_requests` the window holds, which weight them when pooled."""
     out = {_RATE: arrival_rate_rps, _PROMPT: mean_prompt_tokens, _OUTPUT: mean_output_tokens}
+    out[_FINISHED] = float(finished_requests)
     if recent_arrival_rate_rps is not None:
         out[_RECENT] = float(recent_arrival_rate_rps)
     if replica_start_s is not None:
@@ -255,9 +259,14 @@ def replica_sleep(reports: Mapping[Any, Mapping[str, float]]) -> tuple[int, floa
     return asleep, max(wakes) if wakes else None
 
 
-def _mean(per_replica: Mapping[Any, float] | None) -> float:
-    values = list((per_replica or {}).values())
-    return sum(values) / len(values) if values else 0.0
+def _pooled_mean(metrics: Mapping[str, Mapping[Any, float]], key: str) -> float:
+    """The fleet's mean of a per-replica token mean: weighted by the requests each replica
+    finished, so a replica that finished none (just started, idle) does not halve it."""
+    means, counts = metrics.get(key) or {}, metrics.get(_FINISHED) or {}
+    weight = sum(counts.get(r, 0.0) for r in means)
+    if weight > 0:
+        return sum(m * counts.get(r, 0.0) for r, m in means.items()) / weight
+    return 0.0
 
 
 def snapshot_from_context(
@@ -286,8 +295,8 @@ def snapshot_from_context(
         draining_replicas=max(0, running - target),
         tenants=pooled_tenant_latency(_windows(r) for r in reports.values()),
         arrival_rate_rps=sum((metrics.get(_RATE) or {}).values()),
-        mean_prompt_tokens=_mean(metrics.get(_PROMPT)),
-        mean_output_tokens=_mean(metrics.get(_OUTPUT)),
+        mean_prompt_tokens=_pooled_mean(metrics, _PROMPT),
+        mean_output_tokens=_pooled_mean(metrics, _OUTPUT),
         in_flight=math.ceil(ctx.total_num_requests or 0.0),
         queued=math.ceil(queued),
         recent_arrival_rate_rps=sum(recent) if recent else None,

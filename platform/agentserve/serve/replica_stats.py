@@ -8,7 +8,8 @@ Contracts:
   `x-agentserve-sent-at-ns`, wall-clock ns, set by serve/spans.trace_headers), so router
   and replica queue time count; without the header (or with a clock ahead of ours) it
   runs from the replica's receipt. Requests still waiting for a first
-  token count as TTFT samples of their age so far.
+  token count as TTFT samples of their age so far, and those that end without one
+  (cancelled, failed) of their age at the end.
 - TPOT = (last token time - first token time) / (output tokens - 1), per output token, not
   per engine step (one DFlash step emits several tokens); requests with < 2 tokens have none.
 - Every window covers the last `window_s` seconds (samples by finish time, arrivals by
@@ -99,11 +100,13 @@ class ReplicaStats:
         call = self._open.pop(request_id, None)
         if call is None:
             return
-        ttft = call.ttft(call.accepted_s)
-        ttft_ms = None if ttft is None else ttft * 1000.0
+        now = self.clock()
+        # no first token: it waited this long for one (a client that gave up, a timeout);
+        # dropping it would take the worst samples out of the window under overload
+        ttft = call.ttft(call.accepted_s) if call.first is not None else now - call.accepted_s
         tokens = call.completion_tokens
         tpot = tpot_ms(call.first, call.last, tokens)
-        done = _Done(self.clock(), call.tenant, ttft_ms, tpot, call.prompt_tokens, tokens)
+        done = _Done(now, call.tenant, ttft * 1000.0, tpot, call.prompt_tokens, tokens)
         self._done.append(done)
 
     def _trim(self, now: float) -> None:
@@ -152,15 +155,18 @@ class ReplicaStats:
         w = self.window_s if window_s is None else min(window_s, self.window_s)
         return sum(1 for t in self._arrivals if t >= now - w) / w
 
-    def mean_tokens(self) -> tuple[float, float]:
-        """(mean prompt tokens, mean output tokens) of requests finished in the window."""
+    def mean_tokens(self) -> tuple[float, float, int]:
+        """(mean prompt tokens, mean output tokens, how many) of requests finished in the
+        window with output: the count weights this replica's means when the autoscaler
+        pools them."""
         self._trim(self.clock())
         done = [d for d in self._done if d.output_tokens > 0]
         if not done:
-            return 0.0, 0.0
+            return 0.0, 0.0, 0
         return (
             sum(d.prompt_tokens for d in done) / len(done),
             sum(d.output_tokens for d in done) / len(done),
+            len(done),
         )
 
     def acceptance_by_batch(self, engine: EngineStats) -> dict[str, float]:
@@ -178,13 +184,14 @@ class ReplicaStats:
     ) -> dict[str, float]:
         """The replica's `record_autoscaling_stats` result (flat name -> float); `sleep`
         the engine's sleep state where idle sleep is on."""
-        prompt, output = self.mean_tokens()
+        prompt, output, finished = self.mean_tokens()
         return encode_replica_stats(
             self.windows(),
             arrival_rate_rps=self.arrival_rate_rps(),
             recent_arrival_rate_rps=self.arrival_rate_rps(RECENT_WINDOW_S),
             mean_prompt_tokens=prompt,
             mean_output_tokens=output,
+            finished_requests=finished,
             engine_running=engine.running,
             engine_waiting=engine.waiting,
             acceptance_by_batch=self.acceptance_by_batch(engine),

@@ -45,11 +45,15 @@ ROWS = [
     ("TTFT over, held", BASE, snap(tenants={"chat": lat(1200, 30)}), OLD, 3, "sla_ratio"),
     ("TPOT over, held", BASE, snap(tenants={"chat": lat(300, 60)}), OLD, 3, "sla_ratio"),
     ("over, not held yet", BASE, snap(tenants={"chat": lat(1500)}), None, 2, "hold_upscale_delay"),
-    ("TTFT only, no queue: +1", BASE, snap(4, tenants={"chat": lat(1200)}), OLD, 5, "sla_ratio"),
-    ("TPOT sized to mid-band", BASE, snap(4, tenants={"chat": lat(300, 60)}), OLD, 6, "sla_ratio"),
+    ("TTFT only, no queue: +1", BASE, snap(4, in_flight=8, tenants={"chat": lat(1200)}), OLD, 5, "sla_ratio"),
+    ("no more replicas than requests", BASE, snap(4, tenants={"chat": lat(1200)}), OLD, 4, "hold_saturated"),
+    ("TPOT sized to mid-band", BASE, snap(4, in_flight=12, tenants={"chat": lat(300, 60)}), OLD, 6, "sla_ratio"),
+    ("TPOT sizing capped by in-flight", BASE, snap(4, in_flight=5, tenants={"chat": lat(300, 60)}), OLD, 5, "sla_ratio"),
     ("up capped at x2", BASE, snap(2, tenants={"chat": lat(300, 400)}), OLD, 4, "sla_ratio"),
-    ("up capped by max", BASE, snap(7, tenants={"chat": lat(300, 80)}), OLD, 8, "sla_ratio"),
-    ("at max holds", BASE, snap(8, tenants={"chat": lat(3000)}), OLD, 8, "hold_upscale_delay"),
+    ("up capped by max", BASE, snap(7, in_flight=16, tenants={"chat": lat(300, 80)}), OLD, 8, "sla_ratio"),
+    ("at max holds", BASE, snap(8, in_flight=16, tenants={"chat": lat(3000)}), OLD, 8, "hold_at_max"),
+    # 4 requests: one long prompt's TTFT is no breach (and the 4 fit on one replica)
+    ("too few requests for a ratio", BASE, snap(tenants={"chat": lat(3000, n=4)}), OLD, 1, "sla_ratio_low"),
     ("batch tenant loose SLA", BASE, snap(tenants={"batch": lat(5000, 150)}), OLD, 2, "hold_in_band"),
     ("worst tenant decides", BASE, snap(tenants={"chat": lat(100, 10), "batch": lat(12_000)}), OLD, 3, "sla_ratio"),
     ("unknown tenant: default SLA", BASE, snap(tenants={"x": lat(500, 150)}), OLD, 4, "sla_ratio"),
@@ -59,7 +63,7 @@ ROWS = [
     ("small queue is not", BASE, snap(2, queued=2, in_flight=18, tenants={"chat": lat(300)}), OLD, 2, "hold_consolidation"),
     # warming credit and one action in flight
     ("warming credit absorbs", BASE, snap(2, warming_ages_s=(30.0, 30.0), tenants={"chat": lat(300, 70)}), OLD, 4, "hold"),
-    ("warming not enough", BASE, snap(2, warming_ages_s=(0.0,), tenants={"chat": lat(300, 100)}), OLD, 5, "sla_ratio"),
+    ("warming not enough", BASE, snap(2, in_flight=8, warming_ages_s=(0.0,), tenants={"chat": lat(300, 100)}), OLD, 5, "sla_ratio"),
     ("just-started credit half", BASE, snap(2, warming_ages_s=(0.0,), tenants={"chat": lat(300, 55)}), OLD, 3, "hold"),
     ("warming covers TTFT", BASE, snap(2, warming_ages_s=(0.0,), tenants={"chat": lat(2000)}), OLD, 3, "hold_in_flight"),
     ("no down while warming", BASE, snap(3, warming_ages_s=(5.0,), tenants={"chat": lat(100, 5)}, in_flight=0), OLD, 4, "hold_in_flight"),
@@ -194,3 +198,17 @@ def test_policy_knob_defaults_are_the_specs():
     """PolicySpec() is what a spec that sets nothing resolves to (one source of defaults)."""
     spec = DeploymentSpec.model_validate({"models": [{"name": "m", "source": "/models/m"}]})
     assert PolicySpec() == PolicySpec.from_deployment(spec)
+
+
+def test_a_tpot_slo_the_model_cannot_meet_at_batch_1_does_not_grow_the_fleet():
+    """SLO below the modelled batch-1 TPOT: no replica count meets it, so its ratio is
+    left out (it grew the fleet to max_replicas before); TTFT still counts."""
+    from agentserve.autoscale.policy import _drafted
+
+    batch_1 = MODEL.model.tpot_ms(1, _drafted(MODEL, 1))
+    spec = replace(MODEL, slas={"chat": Sla(1000.0, batch_1 * 0.9)})
+    breach = snap(2, in_flight=8, tenants={"chat": lat(300, batch_1 * 1.5)})
+    decision = decide(breach, spec, OLD)
+    assert decision.target_replicas <= 2 and decision.sla_ratio == pytest.approx(0.3)
+    reachable = replace(MODEL, slas={"chat": Sla(1000.0, batch_1 * 1.2)})
+    assert decide(breach, reachable, OLD).target_replicas > 2

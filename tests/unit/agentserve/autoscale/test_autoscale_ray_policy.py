@@ -64,11 +64,16 @@ def context(config, *, running=2, target=2, replicas_stats=(), state=None, now=1
     )
 
 
-def stats(ttft, tpot, rate=1.0):
+def stats(ttft, tpot, rate=1.0, tokens=(100, 50), finished=10):
     """A replica whose 10 requests all had TTFT `ttft` and TPOT `tpot` (ms)."""
     tenants = {"chat": LatencyWindow.of([ttft] * 10, [tpot] * 10)}
+    prompt, output = tokens
     return encode_replica_stats(
-        tenants, arrival_rate_rps=rate, mean_prompt_tokens=100, mean_output_tokens=50
+        tenants,
+        arrival_rate_rps=rate,
+        mean_prompt_tokens=prompt,
+        mean_output_tokens=output,
+        finished_requests=finished,
     )
 
 
@@ -108,6 +113,20 @@ def test_snapshot_from_context_pools_replicas_and_sums_rates():
     assert snap.tenants["chat"] == TenantLatency(edge(900), edge(30), 20)
     assert snap.arrival_rate_rps == 3.0 and snap.warming_ages_s == (10.0,)
     assert (snap.ready_replicas, snap.draining_replicas, snap.in_flight) == (2, 0, 4)
+
+
+def test_token_means_are_pooled_by_requests_finished_not_per_replica():
+    """A replica just started (nothing finished) must not halve the fleet's means, which
+    would halve the capacity floor after every scale-up."""
+    config = AutoscalingConfig(**ray_autoscaling_config(SPEC))
+    busy = stats(400, 20, tokens=(800, 300), finished=30)
+    fresh = stats(400, 20, tokens=(0, 0), finished=0)
+    other = stats(400, 20, tokens=(200, 100), finished=10)
+    snap = snapshot_from_context(
+        context(config, running=3, target=3, replicas_stats=[busy, fresh, other]), PolicyState()
+    )
+    assert snap.mean_prompt_tokens == pytest.approx((800 * 30 + 200 * 10) / 40)
+    assert snap.mean_output_tokens == pytest.approx((300 * 30 + 100 * 10) / 40)
 
 
 def test_ray_wrapper_runs_our_decision_and_keeps_state():

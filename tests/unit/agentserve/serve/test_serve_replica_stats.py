@@ -81,7 +81,7 @@ def test_ttft_counts_queue_time_and_tpot_is_per_output_token():
     lat = _tenants(stats)["chat"]
     assert lat.ttft_p95_ms == _edge(1200.0) and lat.tpot_p95_ms == _edge(100.0)
     assert lat.requests == 1
-    assert stats.mean_tokens() == (10.0, 11.0)
+    assert stats.mean_tokens() == (10.0, 11.0, 1)
 
 
 def test_waiting_requests_count_with_their_age_and_windows_expire():
@@ -97,8 +97,8 @@ def test_waiting_requests_count_with_their_age_and_windows_expire():
     assert tenants["batch"].tpot_p95_ms is None  # one output token: no TPOT
     assert stats.arrival_rate_rps() == pytest.approx(2 / 10)
     clock.now = 1020.0
-    stats.end("stuck")  # cancelled before a token: counted, no latency sample
-    assert _tenants(stats) == {"chat": TenantLatency(None, None, 1)}
+    stats.end("stuck")  # cancelled before a token: a TTFT sample of its age at the end
+    assert _tenants(stats) == {"chat": TenantLatency(_edge(20000.0), None, 1)}
     assert stats.arrival_rate_rps() == 0.0
     clock.now = 1031.0
     assert _tenants(stats) == {}
