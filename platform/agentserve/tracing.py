@@ -44,6 +44,11 @@ TOOL_CALL_ID = "gen_ai.tool.call.id"
 TENANT = "agentserve.tenant"
 REQUEST_ID = "agentserve.request_id"
 TTFT_S = "agentserve.ttft_s"
+CANCELLED = "agentserve.cancelled"  # the client went away before the end
+# the replica's own token counts: not gen_ai.usage.*, which the client's `chat` span and the
+# ingress span already carry (backends that sum gen_ai.usage per span would count it thrice)
+SERVED_INPUT_TOKENS = "agentserve.input_tokens"
+SERVED_OUTPUT_TOKENS = "agentserve.output_tokens"
 DECODE_STEPS = "agentserve.decode.steps"
 DRAFT_TOKENS = "agentserve.spec_decode.draft_tokens"
 ACCEPTED_TOKENS = "agentserve.spec_decode.accepted_tokens"

@@ -61,7 +61,7 @@ def test_decode_span_counts_the_requests_ngram_and_dflash_drafts():
         <= a["agentserve.spec_decode.ngram.draft_tokens"]
     )
     assert "agentserve.spec_decode.dflash.drafts" in a  # counted, whatever it drafted
-    tokens = a[t.OUTPUT_TOKENS]
+    tokens = a[t.SERVED_OUTPUT_TOKENS]
     accepted = sum(a[f"agentserve.spec_decode.{p}.accepted_tokens"] for p in ("ngram", "dflash"))
     assert accepted < tokens  # every step emits one token of its own besides accepted ones
     # steps where prompt lookup drafted (the one request) skipped DFlash's block forward, and

@@ -34,9 +34,14 @@ _CHAT = ("generation", "response")
 class GenAITraceProcessor(TracingProcessor):
     """Maps Agents SDK traces and spans onto OTel spans made by `tracer` (thread-safe)."""
 
-    def __init__(self, tracer: Tracer, default_model: str | None = None):
+    def __init__(
+        self, tracer: Tracer, default_model: str | None = None, *, capture_content: bool = False
+    ):
+        """`capture_content`: record tool results (`gen_ai.tool.call.result`), which the
+        GenAI conventions make opt-in: they may hold user data and secrets."""
         self.tracer = tracer
         self.default_model = default_model
+        self.capture_content = capture_content
         self._lock = threading.Lock()
         self._spans: dict[str, Span] = {}  # Agents trace/span id -> OTel span
         self._conversation: dict[str, str] = {}  # Agents trace id -> group id
@@ -85,11 +90,11 @@ class GenAITraceProcessor(TracingProcessor):
             otel = self._spans.pop(span.span_id, None)
         if otel is None or data.type in _FOLDED:
             return
-        _record_end(otel, data)
+        _record_end(otel, data, self.capture_content)
         error = span.error
         if error:
             otel.set_status(Status(StatusCode.ERROR, str(error.get("message", "error"))))
-            otel.set_attribute("error.type", str(error.get("message", "error"))[:120])
+            otel.set_attribute("error.type", f"{data.type}_error")  # a class, not the text
         otel.end()
 
     def shutdown(self) -> None:
@@ -121,7 +126,11 @@ class GenAITraceProcessor(TracingProcessor):
         """(span name, kind, attributes) for an Agents span data at its start."""
         kind = data.type
         if kind == "agent":
-            attrs = {t.OPERATION: "invoke_agent", t.AGENT_NAME: data.name}
+            attrs = {
+                t.OPERATION: "invoke_agent",
+                t.AGENT_NAME: data.name,
+                t.PROVIDER: t.PROVIDER_NAME,
+            }
             return f"invoke_agent {data.name}", SpanKind.INTERNAL, attrs
         if kind == "function":
             attrs = {t.OPERATION: "execute_tool", t.TOOL_NAME: data.name}
@@ -145,26 +154,28 @@ def _model_of(data: Any) -> str | None:
     return str(getattr(response, "model", "") or "") or None
 
 
-def _record_end(otel: Span, data: Any) -> None:
-    """Attributes known only at the end: usage and finish reasons (chat), output (tool)."""
+def _record_end(otel: Span, data: Any, capture_content: bool = False) -> None:
+    """Attributes known only at the end: usage and finish reasons (chat), the result (tool,
+    with `capture_content`). Usage the SDK does not know (a streamed run without
+    include_usage reports 0 / 0) and a finish reason it does not report are left out, not
+    made up: the server's spans carry the real ones."""
     if not otel.is_recording():
         return
     if data.type == "generation":
         usage = data.usage or {}
-        if "input_tokens" in usage:
-            otel.set_attribute(t.INPUT_TOKENS, int(usage["input_tokens"] or 0))
-            otel.set_attribute(t.OUTPUT_TOKENS, int(usage.get("output_tokens") or 0))
-        if data.output is not None and t.FINISH_REASONS not in (
-            getattr(otel, "attributes", None) or {}
-        ):
-            reasons = ["tool_calls" if _has_tool_calls(data.output) else "stop"]
-            otel.set_attribute(t.FINISH_REASONS, reasons)
+        inputs, outputs = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+        if inputs or outputs:
+            otel.set_attribute(t.INPUT_TOKENS, inputs)
+            otel.set_attribute(t.OUTPUT_TOKENS, outputs)
+        recorded = getattr(otel, "attributes", None) or {}  # the response's own (transport.py)
+        if t.FINISH_REASONS not in recorded and _has_tool_calls(data.output):
+            otel.set_attribute(t.FINISH_REASONS, ["tool_calls"])  # what the output shows
     elif data.type == "response" and getattr(data, "response", None) is not None:
         usage = getattr(data.response, "usage", None)
         if usage is not None:
             otel.set_attribute(t.INPUT_TOKENS, int(getattr(usage, "input_tokens", 0) or 0))
             otel.set_attribute(t.OUTPUT_TOKENS, int(getattr(usage, "output_tokens", 0) or 0))
-    elif data.type == "function" and data.output is not None:
+    elif data.type == "function" and data.output is not None and capture_content:
         otel.set_attribute("gen_ai.tool.call.result", str(data.output)[:2000])
 
 

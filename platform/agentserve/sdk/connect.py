@@ -23,7 +23,11 @@ from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.sdk.otel import SpanRecorder, format_tree, make_sdk_provider
 from agentserve.sdk.transport import TraceHeaders, http_client
 
-__all__ = ["Connection", "connect"]
+__all__ = ["CAPTURE_ENV", "Connection", "connect"]
+
+# the GenAI conventions' switch for recording message content (prompts, completions, tool
+# results) on spans; off unless "true"
+CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_MODEL = BUNDLED_MODEL  # the bundled model `agentserve up` serves
@@ -53,8 +57,8 @@ class Connection:
 
     def trace_tree(self, trace_id: int | None = None, attributes=TREE_ATTRIBUTES) -> str:
         """The recorded spans (of `trace_id`, default the latest trace) as an indented tree."""
-        self.tracer_provider.force_flush()
-        spans = self.recorder.spans()
+        self.tracer_provider.force_flush(2_000)  # the local recorder is synchronous; an
+        spans = self.recorder.spans()  # OTLP exporter waits at most this long
         if not spans:
             return ""
         trace_id = trace_id if trace_id is not None else spans[-1].context.trace_id
@@ -82,6 +86,7 @@ def connect(
     set_global_provider: bool = True,
     frameworks: bool = True,
     transport: Any = None,
+    capture_content: bool | None = None,
 ) -> Connection:
     """Connect this process's agents to agentserve and return the Connection.
 
@@ -92,13 +97,18 @@ def connect(
     `set_global_provider` also makes ours OTel's global provider unless one is set.
     `frameworks=False` leaves the agent frameworks alone: only `Connection.client` (e.g. a
     second tenant's client in the same process, passed per run) is configured.
-    `transport` replaces the network (tests: an ASGI transport).
+    `transport` replaces the network (tests: an ASGI transport). `capture_content` records
+    prompts, completions and tool results on the spans (default: the environment's
+    OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, else off: they may hold user data
+    and secrets, and spans go to a shared collector).
     """
     import openai
 
     base_url = base_url or os.environ.get("AGENTSERVE_BASE_URL", DEFAULT_BASE_URL)
     api_key = api_key or os.environ.get("AGENTSERVE_API_KEY", "none")
     model = model or os.environ.get("AGENTSERVE_MODEL", DEFAULT_MODEL)
+    if capture_content is None:
+        capture_content = os.environ.get(CAPTURE_ENV, "").strip().lower() == "true"
     provider, recorder, endpoint = make_sdk_provider(service_name, otlp_endpoint)
     hooks = TraceHeaders()
     client = openai.AsyncOpenAI(
@@ -109,16 +119,18 @@ def connect(
         http_client=http_client(hooks, timeout_s, transport),
     )
     connection = Connection(base_url, model, client, provider, recorder, endpoint)
-    if frameworks and _configure_openai_agents(client, model, provider, hooks):
+    if frameworks and _configure_openai_agents(client, model, provider, hooks, capture_content):
         connection.frameworks.append("openai-agents")
-    if frameworks and _configure_pydantic_ai(provider):
+    if frameworks and _configure_pydantic_ai(provider, capture_content):
         connection.frameworks.append("pydantic-ai")
     if set_global_provider and not isinstance(trace.get_tracer_provider(), TracerProvider):
         trace.set_tracer_provider(provider)
     return connection
 
 
-def _configure_openai_agents(client: Any, model: str, provider, hooks: TraceHeaders) -> bool:
+def _configure_openai_agents(
+    client: Any, model: str, provider, hooks: TraceHeaders, capture_content: bool
+) -> bool:
     """Point the Agents SDK at `client` with our trace processor; False if not installed."""
     try:
         import agents
@@ -129,19 +141,22 @@ def _configure_openai_agents(client: Any, model: str, provider, hooks: TraceHead
     agents.set_default_openai_client(client, use_for_tracing=False)
     agents.set_default_openai_api("chat_completions")
     os.environ["OPENAI_DEFAULT_MODEL"] = model  # the SDK's own default-model setting
-    processor = GenAITraceProcessor(provider.get_tracer("agentserve.sdk"), default_model=model)
+    processor = GenAITraceProcessor(
+        provider.get_tracer("agentserve.sdk"), default_model=model, capture_content=capture_content
+    )
     agents.set_trace_processors([processor])
     agents.set_tracing_disabled(False)
     hooks.resolvers.insert(0, processor.current_otel_span)
     return True
 
 
-def _configure_pydantic_ai(provider) -> bool:
+def _configure_pydantic_ai(provider, capture_content: bool) -> bool:
     """Instrument every Pydantic AI agent with `provider`; False if not installed."""
     try:
         from pydantic_ai import Agent
         from pydantic_ai.models.instrumented import InstrumentationSettings
     except ImportError:
         return False
-    Agent.instrument_all(InstrumentationSettings(tracer_provider=provider))
+    settings = InstrumentationSettings(tracer_provider=provider, include_content=capture_content)
+    Agent.instrument_all(settings)
     return True

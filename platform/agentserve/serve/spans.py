@@ -54,6 +54,13 @@ def start_ingress(tracer: Tracer, kind: str, headers: Mapping[str, str]) -> Span
     return span
 
 
+def name_request(span: Span, request_id: str, model: str) -> None:
+    """The engine request id (the replica's spans carry it too) and the model, on the
+    ingress span as soon as they are known."""
+    if span.is_recording():
+        span.set_attributes({t.REQUEST_ID: request_id, t.REQUEST_MODEL: model})
+
+
 def trace_headers(span: Span, incoming: Mapping[str, str], now_ns: int | None = None) -> dict:
     """Trace headers for the engine request: the ingress span as parent when it is valid,
     else the caller's headers unchanged; plus the send time for the queue-wait span."""
@@ -79,7 +86,9 @@ def end_ingress(
     output_tokens: int = 0,
     finish_reason: str | None = None,
 ) -> None:
-    """Record the outcome on the ingress span and end it (an error status for >= 400)."""
+    """Record the outcome on the ingress span and end it. An error status for >= 500 only:
+    on a SERVER span a 4xx is the client's (OTel's HTTP conventions leave it unset), so
+    401s, 429s and clients going away (499) do not raise the service's error rate."""
     if span.is_recording():
         attributes = {
             "http.response.status_code": status,
@@ -93,7 +102,7 @@ def end_ingress(
         span.set_attributes({k: v for k, v in attributes.items() if v is not None})
         if finish_reason:
             span.set_attribute(t.FINISH_REASONS, [finish_reason])
-        if status >= 400:
+        if status >= 500:
             span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
     span.end()
 
@@ -147,6 +156,10 @@ async def traced_stream(
                 inside = trace.set_span_in_context(replica)
                 _span(tracer, "prefill", inside, start_ns, int(progress.first), model)
             yield delta
+    except (asyncio.CancelledError, GeneratorExit):  # the client went away: not an error
+        if replica.is_recording():
+            replica.set_attribute(t.CANCELLED, True)
+        raise
     except BaseException as err:
         if replica.is_recording():
             replica.record_exception(err)
@@ -175,7 +188,7 @@ def _end_replica(
         inside = trace.set_span_in_context(replica)
         decode = _span(tracer, "decode", inside, int(progress.first), None, model)
         decode.set_attributes(speculation_attributes(steps, tokens, num_speculative_tokens))
-        decode.set_attribute(t.OUTPUT_TOKENS, tokens)
+        decode.set_attribute(t.SERVED_OUTPUT_TOKENS, tokens)
         if late is None:
             decode.end(end_time=end_ns)
         else:
@@ -183,7 +196,11 @@ def _end_replica(
             _LATE.add(task)
             task.add_done_callback(_LATE.discard)
     replica.set_attributes(
-        {t.REQUEST_MODEL: model, t.INPUT_TOKENS: progress.prompt_tokens, t.OUTPUT_TOKENS: tokens}
+        {
+            t.REQUEST_MODEL: model,
+            t.SERVED_INPUT_TOKENS: progress.prompt_tokens,
+            t.SERVED_OUTPUT_TOKENS: tokens,
+        }
     )
     if progress.finish_reason:
         replica.set_attribute(t.FINISH_REASONS, [progress.finish_reason])

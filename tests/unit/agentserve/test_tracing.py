@@ -147,6 +147,11 @@ def test_server_spans_continue_the_callers_trace(stream):
     assert a[t.CONVERSATION_ID] == "conv-1" and a[t.REQUEST_MODEL] == "m"
     assert a[t.INPUT_TOKENS] == 6 and a[t.OUTPUT_TOKENS] == 6
     assert a[t.FINISH_REASONS] == ("stop",) and a["http.response.status_code"] == 200
+    # usage as gen_ai.usage.* on the ingress only: the replica's spans count under their own
+    # names (a backend summing gen_ai.usage per span would count the request thrice)
+    for child in ("replica", "decode"):
+        assert not [k for k in spans[child].attributes if k.startswith("gen_ai.usage")]
+    assert spans["replica"].attributes[t.SERVED_OUTPUT_TOKENS] == 6
     decode = spans["decode"].attributes  # fake: 2 tokens per step, 4 drafted per step
     assert decode[t.DECODE_STEPS] == 3 and decode[t.ACCEPTANCE_LENGTH] == 2.0
     assert decode[t.ACCEPTED_TOKENS] == 3 and decode[t.DRAFT_TOKENS] == 12
@@ -155,14 +160,42 @@ def test_server_spans_continue_the_callers_trace(stream):
     assert request.headers["traceparent"].split("-")[2] == format(ingress.context.span_id, "016x")
 
 
-def test_rejected_request_ends_ingress_span_with_error():
+def test_rejected_request_ends_ingress_span_with_its_status_but_no_error():
+    """A 4xx is the client's: on a SERVER span OTel's HTTP conventions leave the status
+    unset, so rejected keys do not count as the service's errors."""
     spec = _spec([{"name": "a", "api_key_sha256": hash_api_key("sk-a"), "sla": {}}])
     client, _, exporter = _traced_client(spec)
     r = client.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
     assert r.status_code == 401
     (span,) = exporter.get_finished_spans()
-    assert span.name == "ingress" and span.status.status_code == trace.StatusCode.ERROR
+    assert span.name == "ingress" and span.status.status_code == trace.StatusCode.UNSET
     assert span.attributes["http.response.status_code"] == 401
+
+
+def test_ingress_span_is_an_error_for_a_5xx_and_a_client_leaving_is_not():
+    from agentserve.serve.spans import end_ingress, traced_stream
+
+    exporter = InMemorySpanExporter()
+    tracer = t.make_tracer(TracingSpec(), {}, "test", exporter=exporter)
+    end_ingress(tracer.start_span("ingress"), 503)
+    engine = FakeEngine("m", 128)
+
+    async def leave_after_one_delta():
+        await engine.start()
+        from agentserve.engine.protocol import EngineRequest
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        request = EngineRequest("req-1", "chat", ChatCompletionRequest(model="m", messages=MSG))
+        stream = traced_stream(tracer, request, engine.generate(request), model="m")
+        await anext(stream)
+        await stream.aclose()  # the client went away
+
+    asyncio.run(leave_after_one_delta())
+    spans = _by_name(exporter)
+    assert spans["ingress"].status.status_code == trace.StatusCode.ERROR
+    replica = spans["replica"]
+    assert replica.status.status_code == trace.StatusCode.UNSET
+    assert replica.attributes[t.CANCELLED] is True
 
 
 def test_untraced_ingress_passes_the_callers_headers_on():
@@ -262,3 +295,13 @@ def test_decode_span_carries_the_requests_counts_per_proposer_once_reported():
     assert a["agentserve.spec_decode.ngram.draft_tokens"] == 8
     assert a["agentserve.spec_decode.ngram.accepted_tokens"] == 5
     assert a["agentserve.spec_decode.dflash.accepted_tokens"] == 1
+
+
+def test_ingress_span_names_the_engine_request_the_replica_spans_carry():
+    client, engine, exporter = _traced_client()
+    r = client.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
+    assert r.status_code == 200
+    spans = _by_name(exporter)
+    request_id = spans["ingress"].attributes[t.REQUEST_ID]
+    assert request_id == engine.requests[0].request_id
+    assert spans["ingress"].attributes[t.REQUEST_MODEL] == "m"
