@@ -34,6 +34,7 @@ SPEC = DeploymentSpec.model_validate(
         ],
         "autoscaling": {
             "policy": "sla",
+            "interval_s": 1,
             "upscale_delay_s": 2,
             "downscale_delay_s": 6,
             "look_back_period_s": 3,

@@ -130,6 +130,7 @@ class PolicySpec:
     )
     standby_replicas: int = _AUTOSCALING.standby_replicas
     schedule: tuple[tuple[int, int, int], ...] | None = None
+    interval_s: float = _AUTOSCALING.interval_s  # between live decisions (ray_policy.py)
 
     @property
     def mid_ratio(self) -> float:
@@ -175,6 +176,7 @@ class PolicySpec:
                 burst_ratio=a.burst_ratio, look_back_s=a.look_back_period_s, lead_s=replica_start_s
             ),
             standby_replicas=a.standby_replicas,
+            interval_s=a.interval_s,
         )
 
 

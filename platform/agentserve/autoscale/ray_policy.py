@@ -22,6 +22,8 @@ them: a sleeping replica is ready capacity a request wakes, and the replicas the
 adds start cold).
 Another policy with decide's shape runs the same way: subclass SlaAutoscalingPolicy with
 `policy = staticmethod(my_decide)` and pass its import path as `policy_function`.
+It decides once per `autoscaling.interval_s` (Ray calls it every control-loop tick; in
+between it keeps the current target); Ray's cold-start fast path is not delayed by it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ log = logging.getLogger("ray.serve")
 POLICY_PATH = "agentserve.autoscale.ray_policy:SlaAutoscalingPolicy"
 STATE_KEY = "agentserve"
 START_KEY = "agentserve_replica_start_s"  # policy_state: the last measured replica start
+DECIDED_KEY = "agentserve_decided_at"  # policy_state: when `decide` last ran
 RAY_METRICS_INTERVAL_S = 10.0  # Ray 2.60's default AutoscalingConfig.metrics_interval_s
 _TTFT, _TPOT, _REQS = "agentserve_ttft_hist:", "agentserve_tpot_hist:", "agentserve_requests:"
 _RECENT = "agentserve_arrival_rps_recent"
@@ -316,6 +319,13 @@ class SlaAutoscalingPolicy:
 
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         policy_state = dict(ctx.policy_state or {})
+        now = ctx.current_time if ctx.current_time is not None else 0.0
+        decided = policy_state.get(DECIDED_KEY)
+        if decided is not None and 0 <= now - decided < self.spec.interval_s:
+            # one decision per autoscaling.interval_s, as the simulator decides (Ray calls
+            # every control-loop tick); in between the target stands
+            return ctx.target_num_replicas, policy_state
+        policy_state[DECIDED_KEY] = now
         state = PolicyState.from_dict(policy_state.get(STATE_KEY) or {})
         standby = self.spec.standby_replicas
         seen = snapshot_from_context(ctx, state, policy_state.get(START_KEY))

@@ -16,7 +16,12 @@ class AutoscalingSpec(_Spec):
     policy: Literal["sla", "ray_default"] = Field("sla", description="sla, or Ray Serve's own.")
     upscale_sla_ratio: float = Field(1.0, gt=0, description="Scale up above this SLA ratio.")
     downscale_sla_ratio: float = Field(0.6, gt=0, description="Scale down below this SLA ratio.")
-    interval_s: float = Field(5.0, gt=0, description="Seconds between decisions.")
+    interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds between the SLA policy's decisions (Ray calls it every "
+        "control-loop tick; the target stands in between).",
+    )
     look_back_period_s: float = Field(
         30.0,
         gt=0,

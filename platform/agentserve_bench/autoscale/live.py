@@ -128,6 +128,7 @@ def live_spec(cfg: LiveConfig, priority: bool) -> DeploymentSpec:
     autoscaling = {
         "policy": "sla",
         "look_back_period_s": cfg.look_back_s,
+        "interval_s": cfg.upscale_delay_s,  # a decision at least as often as a breach must hold
         "upscale_delay_s": cfg.upscale_delay_s,
         "downscale_delay_s": cfg.downscale_delay_s,
     }

@@ -10,6 +10,7 @@ from agentserve.autoscale.latency_stat import LatencyWindow, bucket_of, bucket_u
 from agentserve.autoscale.model import LatencyModel
 from agentserve.autoscale.policy import PolicySpec, PolicyState, Sla, TenantLatency
 from agentserve.autoscale.ray_policy import (
+    DECIDED_KEY,
     STATE_KEY,
     SlaAutoscalingPolicy,
     encode_replica_stats,
@@ -215,3 +216,22 @@ def test_burst_knobs_roundtrip_and_the_recent_rate_comes_from_latest_reports():
     )
     snap = snapshot_from_context(ctx, PolicyState())
     assert snap.recent_arrival_rate_rps == 7.0 and "chat" not in snap.tenants
+
+
+def test_one_decision_per_interval_between_ray_ticks():
+    """Ray calls the policy every control-loop tick; it decides once per
+    autoscaling.interval_s (5 s), as the simulator does, and keeps the target between."""
+    raw = ray_autoscaling_config(SPEC)
+    config = AutoscalingConfig(**raw)
+    policy = _apply_autoscaling_config(SlaAutoscalingPolicy(**raw["policy"]["policy_kwargs"]))
+    hot = [stats(1500, 30), stats(1400, 30)]
+    target, state = policy(context(config, replicas_stats=hot))
+    assert target == 3 and state[DECIDED_KEY] == 1000.0
+    calm = [stats(300, 20), stats(300, 20)]  # would scale down, were it decided now
+    held, kept = policy(context(config, running=3, target=3, replicas_stats=calm, state=state,
+                                now=1004.9))  # fmt: skip
+    assert held == 3 and kept == state  # not decided: nothing in the state moved
+    _, later = policy(
+        context(config, running=3, target=3, replicas_stats=calm, state=state, now=1005.0)
+    )
+    assert later[DECIDED_KEY] == 1005.0
