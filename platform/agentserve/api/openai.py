@@ -132,8 +132,8 @@ def _materialize_content(request: ChatCompletionRequest) -> None:
         except ValidationError as err:
             error = err.errors(include_url=False)[0]
             part = next((f"[{p}]" for p in error["loc"] if isinstance(p, int)), "")
-            message = f"Invalid {param}{part}: {error['msg']}"
-            raise InvalidRequestError(message, param=param) from None
+            text = f"Invalid {param}{part}: {error['msg']}"
+            raise InvalidRequestError(text, param=param) from None
         except (TypeError, ValueError) as err:
             raise InvalidRequestError(f"Invalid {param}: {err}", param=param) from None
 

@@ -66,6 +66,7 @@ POLICY_PATH = "agentserve.autoscale.ray_policy:SlaAutoscalingPolicy"
 STATE_KEY = "agentserve"
 START_KEY = "agentserve_replica_start_s"  # policy_state: the last measured replica start
 DECIDED_KEY = "agentserve_decided_at"  # policy_state: when `decide` last ran
+WARMING_KEY = "agentserve_warming"  # policy_state: [replicas warming, since when]
 RAY_METRICS_INTERVAL_S = 10.0  # Ray 2.60's default AutoscalingConfig.metrics_interval_s
 _TTFT, _TPOT, _REQS = "agentserve_ttft_hist:", "agentserve_tpot_hist:", "agentserve_requests:"
 _RECENT = "agentserve_arrival_rps_recent"
@@ -273,10 +274,15 @@ def _pooled_mean(metrics: Mapping[str, Mapping[Any, float]], key: str) -> float:
 
 
 def snapshot_from_context(
-    ctx: Any, state: PolicyState, last_start_s: float | None = None
+    ctx: Any,
+    state: PolicyState,
+    last_start_s: float | None = None,
+    warming_since_s: float | None = None,
 ) -> Snapshot:
     """Snapshot from a Ray `AutoscalingContext`. Replicas above the current count up to
-    the target are warming (aged from the last scale-up); those above the target drain.
+    the target are warming, aged from the last scale-up or from `warming_since_s` (when
+    more began warming without one: a replica replacing a crashed one), whichever is later;
+    those above the target drain.
     Queued = requests waiting at handles plus those waiting inside engines (no batch slot),
     like the simulator's ingress queue. Latency windows and the recent arrival rate come
     from each replica's latest report (a replica's own windows already cover the look-back;
@@ -287,7 +293,8 @@ def snapshot_from_context(
     running, target = ctx.current_num_replicas, ctx.target_num_replicas
     metrics = ctx.aggregated_metrics or {}
     warming = max(0, target - running)
-    age = 0.0 if state.last_up_s is None else max(0.0, now - state.last_up_s)
+    started = max((s for s in (state.last_up_s, warming_since_s) if s is not None), default=None)
+    age = 0.0 if started is None else max(0.0, now - started)
     queued = (ctx.total_queued_requests or 0.0) + sum((metrics.get(_WAITING) or {}).values())
     reports = _latest_reports(ctx)
     recent = [r[_RECENT] for r in reports.values() if _RECENT in r]
@@ -305,6 +312,17 @@ def snapshot_from_context(
         recent_arrival_rate_rps=sum(recent) if recent else None,
         replica_start_s=measured_start_s(replica_starts(reports), last_start_s),
     )
+
+
+def _warming_since(ctx: Any, policy_state: dict[str, Any], now: float) -> float | None:
+    """When the replicas warming now began to (kept in policy_state): reset whenever more
+    warm than at the last decision, which a replica replacing a crashed one does without a
+    scale-up; None when none warms."""
+    warming = max(0, ctx.target_num_replicas - ctx.current_num_replicas)
+    seen, since = policy_state.get(WARMING_KEY) or (0, None)
+    since = None if warming == 0 else now if warming > seen else since
+    policy_state[WARMING_KEY] = [warming, since]
+    return since
 
 
 class SlaAutoscalingPolicy:
@@ -328,7 +346,8 @@ class SlaAutoscalingPolicy:
         policy_state[DECIDED_KEY] = now
         state = PolicyState.from_dict(policy_state.get(STATE_KEY) or {})
         standby = self.spec.standby_replicas
-        seen = snapshot_from_context(ctx, state, policy_state.get(START_KEY))
+        since = _warming_since(ctx, policy_state, now)
+        seen = snapshot_from_context(ctx, state, policy_state.get(START_KEY), since)
         snap = visible_snapshot(seen, standby)
         decision = self.policy(snap, self.spec, state)
         target = fleet_target(decision.target_replicas, standby, self.spec.max_replicas)

@@ -12,6 +12,7 @@ from agentserve.autoscale.policy import PolicySpec, PolicyState, Sla, TenantLate
 from agentserve.autoscale.ray_policy import (
     DECIDED_KEY,
     STATE_KEY,
+    WARMING_KEY,
     SlaAutoscalingPolicy,
     encode_replica_stats,
     policy_spec_from_json,
@@ -235,3 +236,23 @@ def test_one_decision_per_interval_between_ray_ticks():
         context(config, running=3, target=3, replicas_stats=calm, state=state, now=1005.0)
     )
     assert later[DECIDED_KEY] == 1005.0
+
+
+def test_a_replica_replacing_a_crashed_one_is_aged_from_the_crash_not_the_last_scale_up():
+    """Hours after the last scale-up a replica dies and Ray starts another: it warms (half
+    credit at start), so a breach during its start is answered, not covered by full credit."""
+    raw = ray_autoscaling_config(SPEC)
+    config = AutoscalingConfig(**raw)
+    policy = _apply_autoscaling_config(SlaAutoscalingPolicy(**raw["policy"]["policy_kwargs"]))
+    calm = [stats(300, 20), stats(300, 20)]
+    _, state = policy(context(config, running=2, target=2, replicas_stats=calm, now=1000.0))
+    state[STATE_KEY]["last_up_s"] = 0.0  # scaled up long ago
+    crashed = context(config, running=1, target=2, replicas_stats=calm[:1], state=state, now=8000.0)
+    _, state = policy(crashed)
+    assert state[WARMING_KEY] == [1, 8000.0]
+    later = context(config, running=1, target=2, replicas_stats=calm[:1], state=state, now=8030.0)
+    snap = snapshot_from_context(later, PolicyState(last_up_s=0.0), None, 8000.0)
+    assert snap.warming_ages_s == (30.0,)  # not 8030 s: the crash, not the scale-up
+    _, state = policy(context(config, running=2, target=2, replicas_stats=calm, state=state,
+                              now=8060.0))  # fmt: skip
+    assert state[WARMING_KEY] == [0, None]
