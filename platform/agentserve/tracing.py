@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -22,6 +23,7 @@ from agentserve.spec import TracingSpec
 __all__ = [
     "FORWARDED_HEADERS",
     "TraceExport",
+    "close_tracer",
     "forwarded_trace_headers",
     "make_tracer",
     "trace_export",
@@ -224,4 +226,21 @@ def make_tracer(spec: TracingSpec, env: Mapping[str, str], component: str, expor
     export = export or TraceExport("memory", sample_ratio=spec.sample_ratio)
     trust = component != "ingress"  # the ingress's callers are clients
     provider = make_provider(export, exporter, component=component, trust_remote_parent=trust)
-    return provider.get_tracer("agentserve")
+    tracer = provider.get_tracer("agentserve")
+    _PROVIDERS[id(tracer)] = provider
+    return tracer
+
+
+_PROVIDERS: dict[int, Any] = {}  # id(tracer) -> its TracerProvider (make_tracer)
+
+
+def close_tracer(tracer: Tracer, timeout_ms: int = 2_000) -> None:
+    """Export what `tracer`'s provider still holds (at most `timeout_ms`: a hung collector
+    costs spans, not a stuck shutdown), then shut it down; a no-op for a no-op tracer.
+    Blocking: a server component calls it from a thread as it stops (its last spans would
+    otherwise depend on the process's atexit running)."""
+    provider = _PROVIDERS.pop(id(tracer), None)
+    if provider is None:
+        return
+    provider.force_flush(timeout_ms)
+    provider.shutdown()

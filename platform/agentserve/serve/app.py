@@ -52,7 +52,7 @@ from agentserve.tenant_config import (
     spec_from_app_args,
     tenants_from_user_config,
 )
-from agentserve.tracing import make_tracer
+from agentserve.tracing import close_tracer, make_tracer
 
 __all__ = [
     "HandleBackend",
@@ -200,7 +200,7 @@ class Ingress:
         # ingress replica needs them, not every process that imports this module
         from agentserve.serve.ingress import create_app
 
-        tracer = make_tracer(self.spec.tracing, os.environ, "ingress")
+        tracer = self._tracer = make_tracer(self.spec.tracing, os.environ, "ingress")
         backends = {n: HandleBackend(h) for n, h in self.models.items()}
         spec = replica_admin_port(self.spec, _local_rank())
         quota = None
@@ -210,6 +210,12 @@ class Ingress:
         add_status_route(app)  # GET /status: Serve deployments and replicas
         self.asgi = app
         return app
+
+    async def __del__(self) -> None:
+        """Serve stops this replica: export the spans its tracer still holds."""
+        tracer = getattr(self, "_tracer", None)
+        if tracer is not None:
+            await asyncio.to_thread(close_tracer, tracer)
 
 
 def _local_rank() -> int:

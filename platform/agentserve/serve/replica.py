@@ -43,7 +43,7 @@ from agentserve.serve.replica_stats import ReplicaStats
 from agentserve.serve.sleep_gate import SleepGate, sleep_gate
 from agentserve.serve.spans import speculative_tokens, traced_stream
 from agentserve.spec import ModelSpec, TracingSpec
-from agentserve.tracing import make_tracer
+from agentserve.tracing import close_tracer, make_tracer
 
 __all__ = ["EngineFactory", "ModelReplica", "default_engine_factory"]
 
@@ -196,6 +196,9 @@ class ModelReplica:
         engine = getattr(self, "engine", None)
         if engine is not None:
             await engine.stop()
+        tracer = getattr(self, "tracer", None)
+        if tracer is not None:
+            await asyncio.to_thread(close_tracer, tracer)
 
 
 def _kill_this_actor() -> None:

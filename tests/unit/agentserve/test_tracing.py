@@ -305,3 +305,16 @@ def test_ingress_span_names_the_engine_request_the_replica_spans_carry():
     request_id = spans["ingress"].attributes[t.REQUEST_ID]
     assert request_id == engine.requests[0].request_id
     assert spans["ingress"].attributes[t.REQUEST_MODEL] == "m"
+
+
+def test_close_tracer_exports_what_is_held_and_bounds_the_wait():
+    """A server component's tracer is closed as it stops: the spans its batch processor
+    still holds are exported then (not left to atexit), within the timeout."""
+    exporter = InMemorySpanExporter()
+    tracer = t.make_tracer(TracingSpec(), {}, "replica", exporter=exporter)
+    tracer.start_span("last").end()
+    t.close_tracer(tracer)
+    assert [s.name for s in exporter.get_finished_spans()] == ["last"]
+    assert id(tracer) not in t._PROVIDERS
+    t.close_tracer(tracer)  # twice, and a no-op tracer: nothing to do
+    t.close_tracer(t.make_tracer(TracingSpec(), {}, "replica"))
