@@ -121,13 +121,19 @@ class _Waiter:
     count: int
     future: asyncio.Future[None]
     gone: bool = field(default=False)
+    tenant: str = ""
+    since: float = 0.0
 
 
 class DispatchQueue:
     """One model's slots toward its replicas and the requests waiting for them."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
-        self.clock = clock
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        on_wait: Callable[[], None] = lambda: None,
+    ):
+        self.clock, self.on_wait = clock, on_wait
         self.slots: int | None = None  # None: no limit (no ready replica known)
         self.sent = 0  # slots held by requests sent on
         self._heap: list[tuple[float, int, _Waiter]] = []
@@ -137,21 +143,32 @@ class DispatchQueue:
     def waiting(self) -> int:
         return sum(1 for *_, w in self._heap if not w.gone)
 
+    def held(self) -> list[tuple[str, float, int]]:
+        """[(tenant, seconds waited so far, slots needed)] of the requests waiting now."""
+        now = self.clock()
+        return [(w.tenant, now - w.since, w.count) for *_, w in self._heap if not w.gone]
+
     def set_slots(self, slots: int | None) -> None:
         """The slots the ready replicas offer now (None: unlimited); more may send some."""
         self.slots = slots
         self._send()
 
-    async def acquire(self, objective_s: float, count: int = 1, *, shed: bool = False) -> None:
+    async def acquire(
+        self, objective_s: float, count: int = 1, *, shed: bool = False, tenant: str = ""
+    ) -> None:
         """Returns once `count` slots are the caller's (release them with `release`).
         Waits in deadline order (now + objective_s); with `shed`, raises TimeoutError
-        when the deadline passes first. Raising or cancelled, it holds nothing."""
-        deadline = deadline_s(self.clock(), objective_s)
+        when the deadline passes first. Raising or cancelled, it holds nothing. A request
+        that waits calls `on_wait` (the ingress publishes what it holds: serve/held_board.py)."""
+        now = self.clock()
+        deadline = deadline_s(now, objective_s)
         if self.waiting == 0 and self._fits(count):
             self.sent += count
             return
-        waiter = _Waiter(count, asyncio.get_running_loop().create_future())
+        future = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(count, future, tenant=tenant, since=now)
         heapq.heappush(self._heap, (deadline, next(self._order), waiter))
+        self.on_wait()
         try:
             await asyncio.wait({waiter.future}, timeout=objective_s if shed else None)
         except asyncio.CancelledError:
@@ -194,12 +211,21 @@ class Dispatcher:
     """Per model: a DispatchQueue, whether its engine schedules by priority and whether
     the queue orders by deadline (else by arrival, nothing shed)."""
 
-    def __init__(self, models: Sequence[ModelSpec], names: Sequence[str], ingresses: int = 1):
+    def __init__(
+        self,
+        models: Sequence[ModelSpec],
+        names: Sequence[str],
+        ingresses: int = 1,
+        on_wait: Callable[[], None] = lambda: None,
+        on_shed: Callable[[str, str, float], None] = lambda model, tenant, waited_s: None,
+    ):
         """`ingresses`: ingress replicas sharing the model replicas; each sends its share
         of a replica's slots (rounded up), so together they keep the engine full without
-        queueing in Serve's first-come router."""
+        queueing in Serve's first-come router. `on_wait()` when a request starts waiting,
+        `on_shed(model, tenant, waited_s)` when one is shed (serve/held_board.py)."""
         specs = {m.name: m for m in models}
-        self.queues = {name: DispatchQueue() for name in names}
+        self.queues = {name: DispatchQueue(on_wait=on_wait) for name in names}
+        self.on_shed = on_shed
         self.per_replica = {
             n: math.ceil(replica_slots(specs[n]) / ingresses) for n in names if n in specs
         }
@@ -220,11 +246,12 @@ class Dispatcher:
         queue.set_slots(ready * per if ready and per else None)
         objective_s, _ = tenant.sla.seconds()
         if model in self.by_arrival:  # first come, first served; never shed
-            await queue.acquire(0.0, count)
+            await queue.acquire(0.0, count, tenant=tenant.name)
             return
         try:
-            await queue.acquire(objective_s, count, shed=is_batch(tenant))
+            await queue.acquire(objective_s, count, shed=is_batch(tenant), tenant=tenant.name)
         except TimeoutError:
+            self.on_shed(model, tenant.name, objective_s)
             raise DeadlineExceededError(tenant.name, objective_s) from None
 
     def release(self, model: str, count: int) -> None:
@@ -232,3 +259,7 @@ class Dispatcher:
 
     def waiting(self) -> Mapping[str, int]:
         return {name: q.waiting for name, q in self.queues.items()}
+
+    def held(self) -> dict[str, list[tuple[str, float, int]]]:
+        """Per model with requests waiting: DispatchQueue.held."""
+        return {name: held for name, q in self.queues.items() if (held := q.held())}

@@ -53,6 +53,7 @@ from agentserve.spec import DeploymentSpec
 __all__ = [
     "SlaAutoscalingPolicy",
     "encode_replica_stats",
+    "ingress_held",
     "policy_spec_from_json",
     "policy_spec_to_json",
     "ray_autoscaling_config",
@@ -78,6 +79,8 @@ _RATE, _PROMPT, _OUTPUT, _FINISHED = (
     "agentserve_output_tokens",
     "agentserve_finished_requests",
 )
+_HELD, _HELD_AT = "agentserve_held", "agentserve_held_at"
+_HELD_TTFT, _HELD_REQS = "agentserve_held_ttft_hist:", "agentserve_held_requests:"
 _RUNNING, _WAITING, _ACCEPT = (
     "agentserve_engine_running",
     "agentserve_engine_waiting",
@@ -174,6 +177,7 @@ def encode_replica_stats(
     replica_start_s: float | None = None,
     sleeping: bool | None = None,
     wake_s: float | None = None,
+    held: tuple[float, int, Mapping[str, LatencyWindow]] | None = None,
 ) -> dict[str, float]:
     """One replica's `record_autoscaling_stats` result: flat name -> float (Ray's contract).
     Tenant latencies are the replica's window as bucket counts
@@ -186,7 +190,10 @@ def encode_replica_stats(
     the replica took to start, construction to engine ready (`agentserve_replica_start_s`,
     omitted when None); `sleeping` whether its engine sleeps now and `wake_s` its last
     wake, seconds (idle sleep, serve/sleep_gate.py; each omitted when None). The token means
-    are over the `finished_requests` the window holds, which weight them when pooled."""
+    are over the `finished_requests` the window holds, which weight them when pooled.
+    `held` = (published at, slots, tenant windows): what the ingresses hold for this model
+    as the replica last read it (serve/held_board.py); every replica reads the same board,
+    so the adapter takes the freshest, never a sum."""
     out = {_RATE: arrival_rate_rps, _PROMPT: mean_prompt_tokens, _OUTPUT: mean_output_tokens}
     out[_FINISHED] = float(finished_requests)
     if recent_arrival_rate_rps is not None:
@@ -200,12 +207,25 @@ def encode_replica_stats(
     out[_RUNNING], out[_WAITING] = float(engine_running), float(engine_waiting)
     for bucket, length in (acceptance_by_batch or {}).items():
         out[_ACCEPT + bucket] = float(length)
-    for name, window in tenants.items():
-        out[_REQS + name] = float(window.requests)
-        for prefix, hist in ((_TTFT, window.ttft), (_TPOT, window.tpot)):
-            for index, count in hist.items():
-                out[f"{prefix}{name}:{index}"] = float(count)
+    _encode_windows(out, tenants, _REQS, _TTFT, _TPOT)
+    if held is not None:
+        out[_HELD_AT], out[_HELD] = float(held[0]), float(held[1])
+        _encode_windows(out, held[2], _HELD_REQS, _HELD_TTFT, None)
     return out
+
+
+def _encode_windows(
+    out: dict[str, float],
+    tenants: Mapping[str, LatencyWindow],
+    reqs: str,
+    ttft: str,
+    tpot: str | None,
+) -> None:
+    for name, window in tenants.items():
+        out[reqs + name] = float(window.requests)
+        for prefix, hist in ((ttft, window.ttft), (tpot, window.tpot)):
+            for index, count in hist.items() if prefix else ():
+                out[f"{prefix}{name}:{index}"] = float(count)
 
 
 def _latest_reports(ctx: Any) -> dict[Any, dict[str, float]]:
@@ -231,23 +251,41 @@ def _latest_reports(ctx: Any) -> dict[Any, dict[str, float]]:
     return out
 
 
-def _windows(report: Mapping[str, float]) -> dict[str, LatencyWindow]:
-    """One replica's tenant windows decoded from its published stats."""
+def _windows(
+    report: Mapping[str, float],
+    reqs: str = _REQS,
+    ttft_key: str = _TTFT,
+    tpot_key: str | None = _TPOT,
+) -> dict[str, LatencyWindow]:
+    """One replica's tenant windows decoded from its published stats (with the held
+    prefixes: the ingresses' held requests it carries)."""
     ttft: dict[str, dict[int, float]] = {}
     tpot: dict[str, dict[int, float]] = {}
     requests: dict[str, int] = {}
     for key, value in report.items():
         if math.isnan(value):
             continue
-        if key.startswith(_REQS):
-            requests[key[len(_REQS) :]] = int(value)
+        if key.startswith(reqs):
+            requests[key[len(reqs) :]] = int(value)
             continue
-        for prefix, into in ((_TTFT, ttft), (_TPOT, tpot)):
-            if key.startswith(prefix):
+        for prefix, into in ((ttft_key, ttft), (tpot_key, tpot)):
+            if prefix and key.startswith(prefix):
                 name, _, index = key[len(prefix) :].rpartition(":")
                 into.setdefault(name, {})[int(index)] = value
     names = set(ttft) | set(tpot) | set(requests)
     return {n: LatencyWindow(ttft.get(n, {}), tpot.get(n, {}), requests.get(n, 0)) for n in names}
+
+
+def ingress_held(
+    reports: Mapping[Any, Mapping[str, float]],
+) -> tuple[int, dict[str, LatencyWindow]]:
+    """(slots held, tenant windows of the held and shed requests) at the ingresses, from
+    the freshest reading among the replicas' reports ((0, {}) without one)."""
+    readings = [r for r in reports.values() if _HELD_AT in r and not math.isnan(r[_HELD_AT])]
+    if not readings:
+        return 0, {}
+    best = max(readings, key=lambda r: r[_HELD_AT])
+    return max(0, round(best.get(_HELD, 0.0))), _windows(best, _HELD_REQS, _HELD_TTFT, None)
 
 
 def replica_starts(reports: Mapping[Any, Mapping[str, float]]) -> list[float]:
@@ -283,10 +321,12 @@ def snapshot_from_context(
     the target are warming, aged from the last scale-up or from `warming_since_s` (when
     more began warming without one: a replica replacing a crashed one), whichever is later;
     those above the target drain.
-    Queued = requests waiting at handles plus those waiting inside engines (no batch slot),
-    like the simulator's ingress queue. Latency windows and the recent arrival rate come
-    from each replica's latest report (a replica's own windows already cover the look-back;
-    averaging them again over it would lag the burst detector and blur the histograms).
+    Queued = requests waiting at handles, inside engines (no batch slot) and in the
+    ingresses' own deadline queues (`ingress_held`), like the simulator's ingress queue;
+    the held and shed requests' waits join the tenants' TTFT windows. Latency windows and
+    the recent arrival rate come from each replica's latest report (a replica's own windows
+    already cover the look-back; averaging them again over it would lag the burst detector
+    and blur the histograms).
     The replica start is the largest the replicas report, else `last_start_s` (the last
     measured one)."""
     now = ctx.current_time if ctx.current_time is not None else 0.0
@@ -295,20 +335,21 @@ def snapshot_from_context(
     warming = max(0, target - running)
     started = max((s for s in (state.last_up_s, warming_since_s) if s is not None), default=None)
     age = 0.0 if started is None else max(0.0, now - started)
-    queued = (ctx.total_queued_requests or 0.0) + sum((metrics.get(_WAITING) or {}).values())
     reports = _latest_reports(ctx)
+    held, held_windows = ingress_held(reports)
+    queued = (ctx.total_queued_requests or 0.0) + sum((metrics.get(_WAITING) or {}).values())
     recent = [r[_RECENT] for r in reports.values() if _RECENT in r]
     return Snapshot(
         now_s=now,
         ready_replicas=min(running, target),
         warming_ages_s=(age,) * warming,
         draining_replicas=max(0, running - target),
-        tenants=pooled_tenant_latency(_windows(r) for r in reports.values()),
+        tenants=pooled_tenant_latency([*(_windows(r) for r in reports.values()), held_windows]),
         arrival_rate_rps=sum((metrics.get(_RATE) or {}).values()),
         mean_prompt_tokens=_pooled_mean(metrics, _PROMPT),
         mean_output_tokens=_pooled_mean(metrics, _OUTPUT),
-        in_flight=math.ceil(ctx.total_num_requests or 0.0),
-        queued=math.ceil(queued),
+        in_flight=math.ceil(ctx.total_num_requests or 0.0) + held,
+        queued=math.ceil(queued) + held,
         recent_arrival_rate_rps=sum(recent) if recent else None,
         replica_start_s=measured_start_s(replica_starts(reports), last_start_s),
     )

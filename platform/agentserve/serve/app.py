@@ -36,6 +36,7 @@ from agentserve.engine.protocol import (
 )
 from agentserve.engine.registry import engine_class
 from agentserve.placement import replica_placement
+from agentserve.serve.gcs_board import held_board
 from agentserve.serve.names import INGRESS_NAME, QUOTA_NAME, deployment_name
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
 from agentserve.serve.status import add_status_route, replica_states
@@ -206,7 +207,10 @@ class Ingress:
         quota = None
         if self.quota is not None:
             quota = SharedQuota(self.quota, ingress_replicas(spec))
-        app = create_app(spec, backends, tracer=tracer, tenants=self.tenants, quota=quota)
+        board = held_board(spec)  # the requests it holds, for the autoscaler
+        app = create_app(
+            spec, backends, tracer=tracer, tenants=self.tenants, quota=quota, board=board
+        )
         add_status_route(app)  # GET /status: Serve deployments and replicas
         self.asgi = app
         return app
@@ -297,7 +301,13 @@ def build_app(
     models = {
         m.name: serve.deployment(ModelReplica)
         .options(**deployment_options(m, spec, tenant_slas))
-        .bind(m, engine_factory, tracing=spec.tracing, window_s=look_back_s)
+        .bind(
+            m,
+            engine_factory,
+            tracing=spec.tracing,
+            window_s=look_back_s,
+            board=held_board(spec, m),
+        )
         for m in spec.models
     }
     ingress = serve.deployment(Ingress).options(**ingress_options(spec))

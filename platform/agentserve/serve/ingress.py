@@ -38,6 +38,7 @@ from agentserve.api.body import read_body
 from agentserve.api.responses import ResponsesRequest
 from agentserve.serve.edge import edge_app
 from agentserve.serve.health import HealthCache
+from agentserve.serve.held_board import HeldStore
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.reply import Reply
 from agentserve.serve.stages import Admit, Backends, Close, Dispatch, Held, Quota
@@ -63,6 +64,7 @@ class _Ingress:
         tracer: Tracer,
         tenants: Sequence[TenantSpec] | None = None,
         quota: Quota | None = None,
+        board: tuple[HeldStore, str] | None = None,
     ):
         self.spec, self.backends, self.clock = spec, dict(backends), clock
         self.tracer = tracer
@@ -72,7 +74,7 @@ class _Ingress:
         queue = spec.server.max_queue_len
         capacity = {n: limits[n].capacity if n in limits else queue for n in self.backends}
         self.admit_stage = Admit(spec, capacity, self.metrics, clock, quota)
-        self.dispatch_stage = Dispatch(spec, self.backends, self.admit_stage, clock)
+        self.dispatch_stage = Dispatch(spec, self.backends, self.admit_stage, clock, board)
         self.close_stage = Close(self.admit_stage, self.dispatch_stage)
         self.shares = self.admit_stage.shares  # admission/shares.py
         self.shares.set_tenants(self.tenants.tenants())
@@ -166,6 +168,7 @@ def create_app(
     tracer: Tracer | None = None,
     tenants: Sequence[TenantSpec] | None = None,
     quota: Quota | None = None,
+    board: tuple[HeldStore, str] | None = None,
 ) -> FastAPI:
     """The ingress ASGI app for `spec`, serving the models in `backends` (name -> backend).
 
@@ -173,8 +176,10 @@ def create_app(
     `tracer` records the ingress span of each request (None: no spans; the caller's trace
     headers are still passed on). `tenants` None: the spec's; a list (the Serve
     ingress's user_config): those, a key always required; `set_tenants` replaces them.
+    `board`: (store, scope) where the ingress publishes the requests it holds, for the
+    autoscaler (serve/held_board.py; serve/app.py passes Ray's GCS key-value store).
     """
-    ingress = _Ingress(spec, backends, clock, tracer or NoOpTracer(), tenants, quota)
+    ingress = _Ingress(spec, backends, clock, tracer or NoOpTracer(), tenants, quota, board)
     # The ingress process holds ~600k objects from importing vLLM; a full (gen 2) garbage
     # collection over them holds the GIL 100-500 ms, stalling every stream. Frozen objects
     # are never scanned again: later collections see only what requests allocate.
