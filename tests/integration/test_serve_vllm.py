@@ -68,6 +68,22 @@ def test_stream_is_incremental_with_usage_last(client):
     assert not chunks[-1].choices and chunks[-1].usage.completion_tokens > 0
 
 
+def test_usage_says_how_much_of_a_repeated_prompt_the_prefix_cache_served(client):
+    """An agent's next turn re-sends the conversation: vLLM's prefix cache serves its
+    blocks, the usage says how many tokens (the autoscaler plans prefill for the rest)."""
+    history = "The tool returned the following rows of the inventory table. " * 40
+    messages = [{"role": "user", "content": history + "How many rows were there?"}]
+    usages = [
+        client.chat.completions.create(
+            model=BUNDLED_MODEL, messages=messages, max_tokens=4, temperature=0
+        ).usage
+        for _ in range(2)
+    ]
+    first, again = (u.prompt_tokens_details.cached_tokens for u in usages)
+    assert usages[1].prompt_tokens == usages[0].prompt_tokens > 400
+    assert first < usages[0].prompt_tokens // 2 and again >= usages[1].prompt_tokens // 2
+
+
 def test_client_mistakes_are_4xx(client):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])

@@ -29,7 +29,7 @@ from vllm.entrypoints.openai.completion.protocol import (
     CompletionResponseStreamChoice,
     CompletionStreamResponse,
 )
-from vllm.entrypoints.serve.engine.protocol import UsageInfo
+from vllm.entrypoints.serve.engine.protocol import PromptTokenUsageInfo, UsageInfo
 from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
@@ -49,7 +49,7 @@ from agentserve.api.validate import (
     requested_max_tokens,
 )
 from agentserve.engine.logprobs import to_chat, to_completion
-from agentserve.engine.protocol import Delta, RequestKind
+from agentserve.engine.protocol import Delta, RequestKind, cached_prompt_tokens
 
 __all__ = ["ResponseBuilder", "parse_request"]
 
@@ -268,11 +268,15 @@ def _tool_calls_from_deltas(deltas: Iterable[dict[str, Any]]) -> list[ToolCall]:
     ]
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> UsageInfo:
+    """OpenAI's usage, with `prompt_tokens_details.cached_tokens` (as OpenAI reports it:
+    always, 0 when nothing was cached)."""
+    cached = cached_prompt_tokens(prompt_tokens, cached_tokens)
     return UsageInfo(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
+        prompt_tokens_details=PromptTokenUsageInfo(cached_tokens=cached),
     )
 
 
@@ -334,9 +338,11 @@ class ResponseBuilder:
         self._offsets[index] += sum(len(e["token"]) for e in entries)
         return rendered
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    def usage_chunk(
+        self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+    ) -> dict[str, Any]:
         """The last stream chunk when include_usage: no choices, the usage."""
-        return self._chunk([], usage=_usage(prompt_tokens, completion_tokens))
+        return self._chunk([], usage=_usage(prompt_tokens, completion_tokens, cached_tokens))
 
     def _chunk(self, choices: list[Any], usage: UsageInfo | None = None) -> dict[str, Any]:
         cls = ChatCompletionStreamResponse if self.kind == "chat" else CompletionStreamResponse
@@ -351,7 +357,9 @@ class ResponseBuilder:
         """The non-stream response: all deltas of the request merged, per choice. Token
         counts are the request's (the largest seen: a fan-out's sum over choices)."""
         usage = _usage(
-            max(d.prompt_tokens for d in deltas), max(d.completion_tokens for d in deltas)
+            max(d.prompt_tokens for d in deltas),
+            max(d.completion_tokens for d in deltas),
+            max(d.cached_tokens for d in deltas),
         )
         by_choice: dict[int, list[Delta]] = {}
         for d in deltas:

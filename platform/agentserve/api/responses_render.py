@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any
 
-from agentserve.engine.protocol import Delta
+from agentserve.engine.protocol import Delta, cached_prompt_tokens
 
 __all__ = ["ResponsesBuilder"]
 
@@ -61,7 +61,7 @@ class ResponsesBuilder:
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.calls: dict[int, dict[str, Any]] = {}  # tool-call index -> its item
         self.finish_reason: str | None = None
-        self.tokens = (0, 0)  # prompt, output
+        self.tokens = (0, 0, 0)  # prompt, output, prompt tokens the prefix cache served
         self.sequence = 0
         self.events: list[bytes] = []
 
@@ -77,9 +77,9 @@ class ResponsesBuilder:
         self._feed(delta)
         return self._flush()
 
-    def end(self, prompt_tokens: int, output_tokens: int) -> bytes:
+    def end(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> bytes:
         """The open item's .done events and response.completed (or .incomplete)."""
-        self.tokens = (prompt_tokens, output_tokens)
+        self.tokens = (prompt_tokens, output_tokens, cached_tokens)
         status = self._finish()
         self._emit(f"response.{status}", response=self._response(status))
         return self._flush()
@@ -102,7 +102,8 @@ class ResponsesBuilder:
         """The Response for all deltas of a request."""
         for delta in deltas:
             self._feed(delta)
-        self.tokens = (deltas[-1].prompt_tokens, deltas[-1].completion_tokens)
+        last = deltas[-1]
+        self.tokens = (last.prompt_tokens, last.completion_tokens, last.cached_tokens)
         status = self._finish()
         self.events.clear()
         return self._response(status)
@@ -117,7 +118,7 @@ class ResponsesBuilder:
             self._tool_call(call)
         if delta.finish_reason is not None:
             self.finish_reason = delta.finish_reason
-        self.tokens = (delta.prompt_tokens, delta.completion_tokens)
+        self.tokens = (delta.prompt_tokens, delta.completion_tokens, delta.cached_tokens)
 
     def _append(self, kind: str, text: str) -> None:
         item = self.open
@@ -228,7 +229,7 @@ class ResponsesBuilder:
         return frames
 
     def _response(self, status: str, *, usage: bool = True) -> dict[str, Any]:
-        prompt, output = self.tokens
+        prompt, output, cached = self.tokens
         body = {
             "id": self.id,
             "object": "response",
@@ -252,7 +253,7 @@ class ResponsesBuilder:
         if usage:
             body["usage"] = {
                 "input_tokens": prompt,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": cached_prompt_tokens(prompt, cached)},
                 "output_tokens": output,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": prompt + output,

@@ -1,9 +1,9 @@
 """Server-sent events framing for OpenAI streams: `data: <json>\n\n`, then `data: [DONE]`.
 
 The ingress writes a stream through a frames object: start() before the first delta,
-delta(d) for each delta, end(prompt_tokens, output_tokens) after the last, error(body)
-for a failure mid-stream; each returns bytes (b"": nothing to write). ChatFrames does
-this for chat and text completions; api/responses_render.ResponsesBuilder for Responses.
+delta(d) for each delta, end(prompt_tokens, output_tokens, cached_tokens) after the last,
+error(body) for a failure mid-stream; each returns bytes (b"": nothing to write). ChatFrames
+does this for chat and text completions; api/responses_render.ResponsesBuilder for Responses.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ class ChatFrames:
     def delta(self, delta: Any) -> bytes:
         return sse_event(self.builder.chunk(delta))
 
-    def end(self, prompt_tokens: int, output_tokens: int) -> bytes:
+    def end(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> bytes:
         if not self.builder.include_usage:
             return DONE
-        return sse_event(self.builder.usage_chunk(prompt_tokens, output_tokens)) + DONE
+        usage = self.builder.usage_chunk(prompt_tokens, output_tokens, cached_tokens)
+        return sse_event(usage) + DONE
 
     def error(self, body: dict[str, Any]) -> bytes:
         return sse_event(body)

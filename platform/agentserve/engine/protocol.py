@@ -25,6 +25,7 @@ __all__ = [
     "EngineUnavailableError",
     "Sleeper",
     "aclose_stream",
+    "cached_prompt_tokens",
     "can_sleep",
 ]
 
@@ -135,7 +136,9 @@ class Delta:
     "top_logprobs": [{"token", "logprob", "bytes"}, ...] or None}
     (engine/logprobs.py converts vLLM's chat and completion shapes to and from it).
     In a merged n > 1 stream, prompt_tokens and completion_tokens count the whole
-    request: completion tokens summed over its choices.
+    request: completion tokens summed over its choices. `cached_tokens` (the finish delta
+    only; 0 when the engine does not say) is how many of the prompt's tokens the engine's
+    prefix cache served, so prefill computed only the rest.
     """
 
     text: str = ""
@@ -148,6 +151,7 @@ class Delta:
     prompt_token_ids: tuple[int, ...] = ()
     logprobs: tuple[dict[str, Any], ...] = ()
     index: int = 0
+    cached_tokens: int = 0
 
     @property
     def carries_output(self) -> bool:
@@ -161,6 +165,12 @@ class Delta:
         """Whether the client sees this delta at all: output, or the finish (an empty
         answer's first and only visible event, so its TTFT is the time to finish)."""
         return self.carries_output or bool(self.finish_reason)
+
+
+def cached_prompt_tokens(prompt_tokens: int, cached_tokens: int) -> int:
+    """The prompt tokens the prefix cache served, as a usage reports them: never more than
+    the prompt (a migrated request's continuation prompt is longer than the client's)."""
+    return min(prompt_tokens, max(0, cached_tokens))
 
 
 @dataclass(frozen=True)

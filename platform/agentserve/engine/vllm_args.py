@@ -260,8 +260,13 @@ def check_engine_args(engine_args: dict[str, Any], where: str = "engine_args") -
 
 def frontend_kwargs() -> dict[str, Any]:
     """vLLM OpenAI-frontend options (tool calling, the same for every model), merged over
-    FrontendArgs."""
-    return {"enable_auto_tool_choice": True, "tool_call_parser": TOOL_CALL_PARSER}
+    FrontendArgs; prompt token details so the usage says how much of a prompt the prefix
+    cache served (the autoscaler plans prefill for the rest: serve/replica_stats.py)."""
+    return {
+        "enable_auto_tool_choice": True,
+        "tool_call_parser": TOOL_CALL_PARSER,
+        "enable_prompt_tokens_details": True,
+    }
 
 
 def spec_decode_counters(metrics: list[Any]) -> dict[str, Any]:

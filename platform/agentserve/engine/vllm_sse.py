@@ -22,9 +22,11 @@ async def deltas_from_sse(
     carries the final token counts. An error event raises (4xx -> EngineRequestError).
     Token ids (return_token_ids) and log probabilities ride on the delta that delivers
     their text: those of chunks whose text vLLM held back wait for the next delta; the
-    prompt's ids ride on the first. `top_logprobs` trims each token's alternatives (a chat
-    request continued as a completion, whose form has one more)."""
-    prompt = output = 0
+    prompt's ids ride on the first, the prompt tokens the prefix cache served
+    (`prompt_tokens_details.cached_tokens`) on the finish delta. `top_logprobs` trims each
+    token's alternatives (a chat request continued as a completion, whose form has one
+    more)."""
+    prompt = output = cached = 0
     finish: Delta | None = None
     prompt_ids: tuple[int, ...] = ()
     pending: list[int] = []  # ids whose text is not yielded yet
@@ -37,6 +39,8 @@ async def deltas_from_sse(
             usage = payload.get("usage") or {}
             prompt = max(prompt, usage.get("prompt_tokens") or 0)
             output = max(output, usage.get("completion_tokens") or 0)
+            details = usage.get("prompt_tokens_details") or {}  # the final usage chunk's
+            cached = max(cached, details.get("cached_tokens") or 0)
             prompt_ids = prompt_ids or tuple(payload.get("prompt_token_ids") or ())
             for choice in payload.get("choices") or []:
                 prompt_ids = prompt_ids or tuple(choice.get("prompt_token_ids") or ())
@@ -65,6 +69,7 @@ async def deltas_from_sse(
         token_ids=tuple(pending),
         prompt_token_ids=prompt_ids if first else (),
         logprobs=_trimmed(pending_lp, top_logprobs),
+        cached_tokens=cached,
     )
 
 

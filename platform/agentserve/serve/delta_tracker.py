@@ -28,6 +28,7 @@ class DeltaTracker:
     first: float | None = None  # arrival of the first visible delta
     last: float | None = None  # arrival of the latest delta
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt, served by the prefix cache
     completion_tokens: int = 0
     steps: int = 0  # deltas that added output tokens
     finish_reason: str | None = None
@@ -48,6 +49,7 @@ class DeltaTracker:
             self.steps += 1
             self.completion_tokens = delta.completion_tokens
         self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
+        self.cached_tokens = max(self.cached_tokens, delta.cached_tokens)
         self.finish_reason = delta.finish_reason or self.finish_reason
         return max(0, added)
 

@@ -62,7 +62,7 @@ class _Done:
     tenant: str
     ttft_ms: float | None
     tpot_ms: float | None
-    prompt_tokens: int
+    prompt_tokens: int  # not served by the prefix cache
     output_tokens: int
 
 
@@ -109,7 +109,8 @@ class ReplicaStats:
         ttft = call.ttft(call.accepted_s) if call.first is not None else now - call.accepted_s
         tokens = call.completion_tokens
         tpot = tpot_ms(call.first, call.last, tokens)
-        done = _Done(now, call.tenant, ttft * 1000.0, tpot, call.prompt_tokens, tokens)
+        uncached = max(0, call.prompt_tokens - call.cached_tokens)  # what prefill computed
+        done = _Done(now, call.tenant, ttft * 1000.0, tpot, uncached, tokens)
         self._done.append(done)
 
     def _trim(self, now: float) -> None:
@@ -161,7 +162,9 @@ class ReplicaStats:
     def mean_tokens(self) -> tuple[float, float, int]:
         """(mean prompt tokens, mean output tokens, how many) of requests finished in the
         window with output: the count weights this replica's means when the autoscaler
-        pools them."""
+        pools them. Prompt tokens are those the prefix cache did not serve (what prefill
+        computed; the simulator's `new_tokens`): an agent's turn re-sends a long cached
+        conversation, and planning prefill for all of it over-sized the fleet."""
         self._trim(self.clock())
         done = [d for d in self._done if d.output_tokens > 0]
         if not done:

@@ -78,7 +78,7 @@ class Reply:
                 self.see(delta)
                 if frame := frames.delta(delta):
                     yield frame
-            yield frames.end(call.prompt_tokens, call.completion_tokens)
+            yield frames.end(call.prompt_tokens, call.completion_tokens, call.cached_tokens)
             self.held.finish(200)
         except EngineError as err:  # after the 200 header: report in-band, OpenAI style
             self.held.finish(status_of(err))

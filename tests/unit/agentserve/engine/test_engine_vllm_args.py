@@ -141,7 +141,11 @@ def test_frontend_enables_tool_calling_with_a_text_parser():
     from vllm.tool_parsers import ToolParserManager
 
     kwargs = frontend_kwargs()
-    assert kwargs == {"enable_auto_tool_choice": True, "tool_call_parser": TOOL_CALL_PARSER}
+    assert kwargs == {
+        "enable_auto_tool_choice": True,
+        "tool_call_parser": TOOL_CALL_PARSER,
+        "enable_prompt_tokens_details": True,  # cached prompt tokens for the autoscaler
+    }
     assert ToolParserManager.get_tool_parser(TOOL_CALL_PARSER) is not None
 
 

@@ -72,7 +72,8 @@ def test_chat_non_stream_shape(open_client):
     assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "echo: hello there"}
     assert body["choices"][0]["finish_reason"] == "length"
-    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
+                             "prompt_tokens_details": {"cached_tokens": 0}}  # fmt: skip
 
 
 def test_max_completion_tokens_and_stop(open_client):
@@ -105,7 +106,8 @@ def test_chat_stream_is_incremental_with_usage_last(open_client):
     assert all(e["usage"] is None for e in events[:-1])
     assert events[-2]["choices"][0]["finish_reason"] == "stop"
     assert events[-1]["choices"] == []
-    assert events[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}
+    assert events[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8,
+                                   "prompt_tokens_details": {"cached_tokens": 0}}  # fmt: skip
 
 
 def test_stream_without_include_usage_has_no_usage_chunk(open_client):

@@ -137,6 +137,25 @@ def test_vllm_chat_sse_becomes_deltas_with_final_counts():
     )
 
 
+def test_the_prompt_tokens_the_prefix_cache_served_ride_on_the_finish_delta():
+    """vLLM's final usage chunk (enable_prompt_tokens_details) says how much of the prompt
+    its prefix cache served: the autoscaler plans prefill for the rest."""
+    u = '"usage":{"prompt_tokens":900,"completion_tokens":2}'
+    details = (
+        '"usage":{"prompt_tokens":900,"completion_tokens":2,'
+        '"prompt_tokens_details":{"cached_tokens":864}}'
+    )
+    events = [
+        'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}],' + u + "}\n\n",
+        'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],' + u + "}\n\n",
+        'data: {"choices":[],' + details + "}\n\n",
+        "data: [DONE]\n\n",
+    ]
+    deltas = _collect("chat", *events)
+    assert [d.cached_tokens for d in deltas] == [0, 864]
+    assert deltas[-1].prompt_tokens == 900 and deltas[-1].finish_reason == "stop"
+
+
 def test_vllm_error_event_raises_request_error():
     error = '{"message":"maximum context length is 64","type":"BadRequestError","code":400}'
     event = 'data: {"error":' + error + "}\n\n"

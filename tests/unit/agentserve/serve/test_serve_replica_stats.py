@@ -84,6 +84,23 @@ def test_ttft_counts_queue_time_and_tpot_is_per_output_token():
     assert stats.mean_tokens() == (10.0, 11.0, 1)
 
 
+def test_the_mean_prompt_counts_what_prefill_computed_not_what_the_cache_served():
+    """An agent's later turns re-send a conversation the prefix cache holds: 1,000 prompt
+    tokens of which 900 cached cost the prefill of 100, as in the simulator (new_tokens)."""
+    clock = Clock()
+    stats = ReplicaStats(30.0, clock)
+    stats.begin("turn", {})
+    clock.now = 1.0
+    stats.see("turn", Delta("a", 1000, 1))
+    stats.see("turn", Delta("b", 1000, 2, finish_reason="stop", cached_tokens=900))
+    stats.end("turn")
+    stats.begin("first", {})
+    stats.see("first", Delta("a", 300, 1))
+    stats.see("first", Delta("", 300, 2, finish_reason="stop"))  # no cache said: all of it
+    stats.end("first")
+    assert stats.mean_tokens() == (200.0, 2.0, 2)
+
+
 def test_waiting_requests_count_with_their_age_and_windows_expire():
     clock = Clock()
     stats = ReplicaStats(10.0, clock)
