@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ from agentserve.engine.protocol import (
 )
 from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.serve.poison import POISON_DEATHS, PoisonRequestError
+from agentserve.serve.spans import SENT_AT_HEADER
 
 __all__ = ["DEFAULT_MAX_MIGRATIONS", "Progress", "continuation_request", "migrating"]
 
@@ -103,15 +105,28 @@ def continuable(request: EngineRequest) -> bool:
     return getattr(body, "structured_outputs", None) is None
 
 
-def continuation_request(request: EngineRequest, progress: Progress, attempt: int) -> EngineRequest:
+def continuation_request(
+    request: EngineRequest, progress: Progress, attempt: int, sent_at_ns: int | None = None
+) -> EngineRequest:
     """The request to send after the `attempt`-th replica death (pure). With nothing
-    delivered yet it is the original request; else a Continuation with the budget reduced."""
+    delivered yet it is the original request (its client still waits for a first token,
+    timed from the first send); else a Continuation with the budget reduced, stamped as
+    sent at `sent_at_ns` (wall clock): its first delta is not the client's first token, so
+    the replica's queue-wait span and TTFT window time it from this send, not from the
+    original one (which would count the dead replica's whole stream as queueing)."""
     request_id = f"{request.request_id}-m{attempt}"
     if not progress.delivered:
         return dataclasses.replace(request, request_id=request_id)
     body = request.body.model_copy(update=_reduced_budget(request.body, progress))
+    headers = dict(request.headers)
+    if sent_at_ns is not None:
+        headers[SENT_AT_HEADER] = str(sent_at_ns)
     return dataclasses.replace(
-        request, request_id=request_id, body=body, continuation=progress.continuation()
+        request,
+        request_id=request_id,
+        body=body,
+        continuation=progress.continuation(),
+        headers=headers,
     )
 
 
@@ -200,7 +215,7 @@ async def migrating(
         if on_migrate is not None:
             on_migrate(attempt)
         await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1])
-        current = continuation_request(request, progress, attempt)
+        current = continuation_request(request, progress, attempt, time.time_ns())
 
 
 def _can_continue(request: EngineRequest, progress: Progress) -> bool:

@@ -4,6 +4,7 @@ another, and the client sees the undisturbed output (serve/migrate.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 
@@ -353,3 +354,17 @@ def test_a_stuck_engine_fails_health_checks_in_time_and_the_watchdog_exits(monke
 
     asyncio.run(run())
     assert exits == [True]
+
+
+def test_a_continuation_is_timed_from_its_own_send_a_retry_from_the_first():
+    """A continuation's first delta is not the client's first token: its queue-wait span
+    and TTFT sample run from its own send, not from the original one (which counted the
+    dead replica's stream as queueing). A request with nothing delivered keeps the first
+    send: its client still waits for a first token."""
+    from agentserve.serve.spans import SENT_AT_HEADER
+
+    original = dataclasses.replace(_chat(max_tokens=10), headers={SENT_AT_HEADER: "1000"})
+    cont = continuation_request(original, _progress("echo: one", 2), 1, sent_at_ns=5000)
+    assert cont.headers[SENT_AT_HEADER] == "5000" and original.headers[SENT_AT_HEADER] == "1000"
+    retry = continuation_request(original, _progress("", 0), 1, sent_at_ns=5000)
+    assert retry.headers[SENT_AT_HEADER] == "1000"
