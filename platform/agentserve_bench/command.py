@@ -21,6 +21,7 @@ from agentserve.model_sources import resolve_model
 
 from agentserve_bench import (
     calibrate,
+    fit_latency,
     overhead,
     plain_peer,
     ray_idle,
@@ -116,6 +117,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     plain_peer.add_parser(kinds)
     stream_interval.add_parser(kinds)
     calibrate.add_parser(kinds)
+    fit_latency.add_parser(kinds)
 
 
 def _heldout_ids(tokenizer, n: int) -> list[list[int]]:

@@ -37,6 +37,7 @@ __all__ = [
     "MEASURED_ACCEPTANCE",
     "acceptance_from_served",
     "latency_model_for",
+    "measured_acceptance",
     "schedule_for",
     "with_default_schedules",
     "with_speculation_schedule",
@@ -102,12 +103,16 @@ def latency_model_for(model: ModelSpec, machine: str | None = None) -> LatencyMo
     vLLM, the one derived from that machine's calibrated step costs where there are some
     (calibrated_model.calibrated_latency_model), else on CPU LatencyModel() (fitted on the
     bundled model with vLLM on CPU); None for anything else until a model is fitted or
-    calibrated for it. The SLA policy plans with it and the default speculation schedule
+    calibrated for it. A model's own `latency_model` (measured by `agentserve bench
+    fit-latency`) comes first, with its acceptance, else its method's measured one for
+    the bundled model. The SLA policy plans with it and the default speculation schedule
     comes from it."""
+    drafting = model.drafter.enabled and model.drafter.method in DFLASH_METHODS
+    if model.latency_model is not None:
+        return _from_spec(model, drafting)
     if model.engine != "vllm" or model.source != BUNDLED_MODEL:
         return None
     acceptance = MEASURED_ACCEPTANCE.get(model.drafter.method) if model.drafter.enabled else None
-    drafting = model.drafter.enabled and model.drafter.method in DFLASH_METHODS
     base = LatencyModel(drafter_every_step=drafting)
     if acceptance is not None:
         base = dataclasses.replace(
@@ -117,6 +122,42 @@ def latency_model_for(model: ModelSpec, machine: str | None = None) -> LatencyMo
     if calibrated is not None:
         return calibrated
     return base if model.replicas.num_gpus == 0 else None
+
+
+def _from_spec(model: ModelSpec, drafting: bool) -> LatencyModel:
+    """The LatencyModel of a model's own `latency_model` section."""
+    own = model.latency_model
+    assert own is not None
+    default = LatencyModel()
+    acceptance = measured_acceptance(model) or (
+        default.alpha_1,
+        default.alpha_drop_per_doubling,
+    )
+    return LatencyModel(
+        base_ms=own.base_ms,
+        knee_tokens=own.knee_tokens,
+        per_token_ms=own.per_token_ms,
+        prefill_ms_per_token=own.prefill_ms_per_token,
+        alpha_1=acceptance[0],
+        alpha_drop_per_doubling=acceptance[1],
+        speculative_step_factor=own.speculative_step_factor,
+        drafter_every_step=drafting,
+    )
+
+
+def measured_acceptance(model: ModelSpec) -> tuple[float, float] | None:
+    """(alpha at batch 1, drop per doubling) measured for the model's drafter: its own
+    latency_model's, else its method's for the bundled model (MEASURED_ACCEPTANCE); None
+    without a drafter or a measurement."""
+    if not model.drafter.enabled:
+        return None
+    own = model.latency_model
+    if own is not None and own.alpha_1 is not None:
+        drop = own.alpha_drop_per_doubling
+        return own.alpha_1, LatencyModel().alpha_drop_per_doubling if drop is None else drop
+    if model.source == BUNDLED_MODEL:
+        return MEASURED_ACCEPTANCE.get(model.drafter.method)
+    return None
 
 
 def schedule_for(model: ModelSpec, latency_model: LatencyModel) -> list[list[int]]:
@@ -153,12 +194,15 @@ def with_speculation_schedule(
 def with_default_schedules(spec: DeploymentSpec, machine: str | None = None) -> DeploymentSpec:
     """`spec` with the default schedule filled on each model whose drafter is enabled,
     `speculation_schedule: auto`, has no explicit num_speculative_tokens_per_batch_size and
-    has a measured latency model on `machine` (see latency_model_for); `spec` itself
-    (unchanged) when no model qualifies."""
+    has a measured latency model on `machine` (see latency_model_for; a model's own
+    latency_model only with its acceptance); `spec` itself (unchanged) when no model
+    qualifies."""
     models = []
     for model in spec.models:
         drafter, latency = model.drafter, latency_model_for(model, machine)
         wanted = drafter.enabled and drafter.speculation_schedule == "auto"
+        if model.latency_model is not None and measured_acceptance(model) is None:
+            wanted = False  # the model's own step costs, but its acceptance a guess
         if wanted and latency is not None and drafter.num_speculative_tokens_per_batch_size is None:
             data = drafter.model_dump() | {
                 "num_speculative_tokens_per_batch_size": schedule_for(model, latency)

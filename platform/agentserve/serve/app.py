@@ -263,10 +263,19 @@ def deployment_options(
     if replicas.min_replicas == replicas.max_replicas:
         options["num_replicas"] = replicas.max_replicas
     else:
+        latency = latency_model_for(model)
+        if latency is None and spec.autoscaling.policy == "sla":
+            log.warning(
+                "model %s autoscales with the SLA policy but has no latency model: no "
+                "capacity floor or burst detection, only reactive scaling from observed "
+                "latencies; measure one with `agentserve bench fit-latency` and set "
+                "models[].latency_model",
+                model.name,
+            )
         options["autoscaling_config"] = ray_autoscaling_config(
             spec,
             model.name,
-            latency_model=latency_model_for(model),
+            latency_model=latency,
             replica_start_s=expected_start_s(model),
             tenant_slas=tenant_slas,
         )

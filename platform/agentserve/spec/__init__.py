@@ -32,6 +32,7 @@ from agentserve.spec.drafter import DFLASH_METHODS as DFLASH_METHODS
 from agentserve.spec.drafter import DRAFTERLESS_METHODS as DRAFTERLESS_METHODS
 from agentserve.spec.drafter import DrafterSpec as DrafterSpec
 from agentserve.spec.drafter import check_speculation_schedule as check_speculation_schedule
+from agentserve.spec.latency import LatencyModelSpec as LatencyModelSpec
 from agentserve.spec.models import SPEC_OWNED_ENGINE_ARGS as SPEC_OWNED_ENGINE_ARGS
 from agentserve.spec.models import ModelSpec as ModelSpec
 from agentserve.spec.replicas import ReplicaSpec as ReplicaSpec

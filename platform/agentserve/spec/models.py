@@ -11,6 +11,7 @@ from agentserve.engine.registry import BUILTIN_ENGINES, check_engine_name
 from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
 from agentserve.spec.base import _revision_field, _Spec
 from agentserve.spec.drafter import DFLASH_METHODS, DrafterSpec
+from agentserve.spec.latency import LatencyModelSpec
 from agentserve.spec.replicas import ReplicaSpec
 
 SPEC_OWNED_ENGINE_ARGS = {
@@ -71,6 +72,13 @@ class ModelSpec(_Spec):
     )
     drafter: DrafterSpec = Field(default_factory=DrafterSpec, description="Speculative drafter.")
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec, description="Replicas, resources.")
+    latency_model: LatencyModelSpec | None = Field(
+        None,
+        description="Measured step costs of this model on its replicas' hardware "
+        "(`agentserve bench fit-latency` prints them): the SLA policy's capacity floor and "
+        "burst detection plan with them. null = the platform's own model for the bundled "
+        "model on CPU; none elsewhere (reactive scaling only).",
+    )
     max_num_seqs: int = Field(8, ge=1, description="Engine batch cap: sequences run at once.")
     async_scheduling: bool = Field(
         False, description="vLLM async scheduling: prepare batch N+1 while the device runs N."
