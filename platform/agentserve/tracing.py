@@ -142,7 +142,7 @@ def trace_export(spec: TracingSpec, env: Mapping[str, str]) -> TraceExport | Non
     """
     if _env_flag(env, "OTEL_SDK_DISABLED") or env.get("OTEL_TRACES_EXPORTER") == "none":
         return None
-    switched_off = "enabled" in spec.model_fields_set and not spec.enabled
+    switched_off = spec.enabled is False  # null (the default): on with an endpoint
     protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
     )

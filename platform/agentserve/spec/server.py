@@ -11,7 +11,11 @@ from agentserve.spec.base import _Spec
 class TracingSpec(_Spec):
     """OpenTelemetry tracing; without an endpoint it stays off."""
 
-    enabled: bool = Field(False, description="Export traces.")
+    enabled: bool | None = Field(
+        None,
+        description="Export traces: null = whenever an endpoint is set (otlp_endpoint, or "
+        "OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT); false = never, even with one.",
+    )
     otlp_endpoint: str | None = Field(None, description="OTLP URL, e.g. http://otel:4318.")
     sample_ratio: float = Field(1.0, ge=0, le=1, description="Fraction of traces sampled.")
     service_name: str = Field("agentserve", min_length=1, description="OTel service.name.")

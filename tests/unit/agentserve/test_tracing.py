@@ -318,3 +318,21 @@ def test_close_tracer_exports_what_is_held_and_bounds_the_wait():
     assert id(tracer) not in t._PROVIDERS
     t.close_tracer(tracer)  # twice, and a no-op tracer: nothing to do
     t.close_tracer(t.make_tracer(TracingSpec(), {}, "replica"))
+
+
+def test_the_specs_endpoint_survives_the_defaults_up_and_the_operator_apply():
+    """`agentserve up` and the operator rebuild the spec from a dump (spec_defaults,
+    spec_overrides): an endpoint set alone used to lose to the dumped default `enabled:
+    false`, so a spec's tracing.otlp_endpoint exported nothing (found by review)."""
+    from agentserve.spec import DeploymentSpec
+    from agentserve.spec_defaults import with_default_drafters
+    from agentserve.spec_overrides import with_overrides
+
+    spec = DeploymentSpec.model_validate({"tracing": {"otlp_endpoint": "http://c:4318"}})
+    rebuilt, _ = with_default_drafters(spec, None, lambda source: None)
+    rebuilt = with_overrides(rebuilt, "127.0.0.1", 8001)
+    export = t.trace_export(rebuilt.tracing, {})
+    assert export is not None and export.endpoint == "http://c:4318/v1/traces"
+    tracing = {"enabled": False, "otlp_endpoint": "http://c:4318"}
+    off = DeploymentSpec.model_validate({"tracing": tracing})
+    assert t.trace_export(DeploymentSpec.model_validate(off.model_dump()).tracing, {}) is None
