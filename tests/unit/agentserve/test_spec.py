@@ -53,7 +53,7 @@ def test_defaults_are_the_embedded_cpu_deployment() -> None:
     assert model.async_scheduling is False
     assert spec.autoscaling.policy == "sla"
     assert spec.autoscaling.scale_to_zero_idle_s is None
-    assert spec.tracing.enabled is False
+    assert spec.tracing.enabled is None and spec.tracing.otlp_endpoint is None  # off: no endpoint
 
 
 def test_empty_dict_equals_defaults() -> None:
