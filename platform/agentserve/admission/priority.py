@@ -217,15 +217,13 @@ class Dispatcher:
         names: Sequence[str],
         ingresses: int = 1,
         on_wait: Callable[[], None] = lambda: None,
-        on_shed: Callable[[str, str, float], None] = lambda model, tenant, waited_s: None,
     ):
         """`ingresses`: ingress replicas sharing the model replicas; each sends its share
         of a replica's slots (rounded up), so together they keep the engine full without
-        queueing in Serve's first-come router. `on_wait()` when a request starts waiting,
-        `on_shed(model, tenant, waited_s)` when one is shed (serve/held_board.py)."""
+        queueing in Serve's first-come router. `on_wait()` when a request starts waiting
+        (serve/held_board.py)."""
         specs = {m.name: m for m in models}
         self.queues = {name: DispatchQueue(on_wait=on_wait) for name in names}
-        self.on_shed = on_shed
         self.per_replica = {
             n: math.ceil(replica_slots(specs[n]) / ingresses) for n in names if n in specs
         }
@@ -251,7 +249,6 @@ class Dispatcher:
         try:
             await queue.acquire(objective_s, count, shed=is_batch(tenant), tenant=tenant.name)
         except TimeoutError:
-            self.on_shed(model, tenant.name, objective_s)
             raise DeadlineExceededError(tenant.name, objective_s) from None
 
     def release(self, model: str, count: int) -> None:

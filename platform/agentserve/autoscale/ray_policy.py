@@ -20,6 +20,10 @@ and `agentserve_replica_wake_s` (their last wake); the adapter keeps how many sl
 largest wake in policy_state's "agentserve_last" (observed; the policy does not plan with
 them: a sleeping replica is ready capacity a request wakes, and the replicas the policy
 adds start cold).
+Requests the ingresses hold in their own deadline queues (serve/held_board.py) are read
+from the board in Ray's GCS store when the policy decides (in Serve's controller: at most
+one read per decision, each call bounded by a second) and added to the queue, the requests
+in flight and the tenants' TTFT windows; a failed read decides without them.
 Another policy with decide's shape runs the same way: subclass SlaAutoscalingPolicy with
 `policy = staticmethod(my_decide)` and pass its import path as `policy_function`.
 It decides once per `autoscaling.interval_s` (Ray calls it every control-loop tick; in
@@ -48,12 +52,12 @@ from agentserve.autoscale.policy import (
 from agentserve.autoscale.policy_types import DEFAULT_REPLICA_START_S
 from agentserve.autoscale.standby import fleet_target, visible_snapshot
 from agentserve.autoscale.start_stat import measured_start_s
+from agentserve.serve.held_board import HELD_SCOPE, HeldReport, HeldStore, read_held
 from agentserve.spec import DeploymentSpec
 
 __all__ = [
     "SlaAutoscalingPolicy",
     "encode_replica_stats",
-    "ingress_held",
     "policy_spec_from_json",
     "policy_spec_to_json",
     "ray_autoscaling_config",
@@ -68,6 +72,7 @@ STATE_KEY = "agentserve"
 START_KEY = "agentserve_replica_start_s"  # policy_state: the last measured replica start
 DECIDED_KEY = "agentserve_decided_at"  # policy_state: when `decide` last ran
 WARMING_KEY = "agentserve_warming"  # policy_state: [replicas warming, since when]
+BOARD_KEY = "held_board"  # policy_kwargs: {"scope", "model"} of the held-requests board
 RAY_METRICS_INTERVAL_S = 10.0  # Ray 2.60's default AutoscalingConfig.metrics_interval_s
 _TTFT, _TPOT, _REQS = "agentserve_ttft_hist:", "agentserve_tpot_hist:", "agentserve_requests:"
 _RECENT = "agentserve_arrival_rps_recent"
@@ -79,8 +84,6 @@ _RATE, _PROMPT, _OUTPUT, _FINISHED = (
     "agentserve_output_tokens",
     "agentserve_finished_requests",
 )
-_HELD, _HELD_AT = "agentserve_held", "agentserve_held_at"
-_HELD_TTFT, _HELD_REQS = "agentserve_held_ttft_hist:", "agentserve_held_requests:"
 _RUNNING, _WAITING, _ACCEPT = (
     "agentserve_engine_running",
     "agentserve_engine_waiting",
@@ -97,8 +100,9 @@ def policy_spec_to_json(spec: PolicySpec) -> dict[str, Any]:
 
 
 def policy_spec_from_json(data: Mapping[str, Any]) -> PolicySpec:
-    """Inverse of policy_spec_to_json."""
+    """Inverse of policy_spec_to_json (the adapter's own policy_kwargs, BOARD_KEY, left out)."""
     data = dict(data)
+    data.pop(BOARD_KEY, None)
     data["slas"] = {name: Sla(*sla) for name, sla in data.get("slas", {}).items()}
     data["default_sla"] = Sla(*data["default_sla"]) if "default_sla" in data else Sla(1000, 100)
     model = data.get("model")
@@ -153,12 +157,14 @@ def ray_autoscaling_config(
         config["upscale_delay_s"] = spec.autoscaling.upscale_delay_s
         config["downscale_delay_s"] = spec.autoscaling.downscale_delay_s
         return config
+    kwargs = policy_spec_to_json(policy)
+    kwargs[BOARD_KEY] = {"scope": HELD_SCOPE, "model": model.name}  # serve/held_board.py
     config.update(
         upscale_delay_s=0.0,
         downscale_delay_s=0.0,
         upscaling_factor=1.0,
         downscaling_factor=1.0,
-        policy={"policy_function": policy_function, "policy_kwargs": policy_spec_to_json(policy)},
+        policy={"policy_function": policy_function, "policy_kwargs": kwargs},
     )
     return config
 
@@ -177,7 +183,6 @@ def encode_replica_stats(
     replica_start_s: float | None = None,
     sleeping: bool | None = None,
     wake_s: float | None = None,
-    held: tuple[float, int, Mapping[str, LatencyWindow]] | None = None,
 ) -> dict[str, float]:
     """One replica's `record_autoscaling_stats` result: flat name -> float (Ray's contract).
     Tenant latencies are the replica's window as bucket counts
@@ -190,10 +195,7 @@ def encode_replica_stats(
     the replica took to start, construction to engine ready (`agentserve_replica_start_s`,
     omitted when None); `sleeping` whether its engine sleeps now and `wake_s` its last
     wake, seconds (idle sleep, serve/sleep_gate.py; each omitted when None). The token means
-    are over the `finished_requests` the window holds, which weight them when pooled.
-    `held` = (published at, slots, tenant windows): what the ingresses hold for this model
-    as the replica last read it (serve/held_board.py); every replica reads the same board,
-    so the adapter takes the freshest, never a sum."""
+    are over the `finished_requests` the window holds, which weight them when pooled."""
     out = {_RATE: arrival_rate_rps, _PROMPT: mean_prompt_tokens, _OUTPUT: mean_output_tokens}
     out[_FINISHED] = float(finished_requests)
     if recent_arrival_rate_rps is not None:
@@ -207,25 +209,12 @@ def encode_replica_stats(
     out[_RUNNING], out[_WAITING] = float(engine_running), float(engine_waiting)
     for bucket, length in (acceptance_by_batch or {}).items():
         out[_ACCEPT + bucket] = float(length)
-    _encode_windows(out, tenants, _REQS, _TTFT, _TPOT)
-    if held is not None:
-        out[_HELD_AT], out[_HELD] = float(held[0]), float(held[1])
-        _encode_windows(out, held[2], _HELD_REQS, _HELD_TTFT, None)
-    return out
-
-
-def _encode_windows(
-    out: dict[str, float],
-    tenants: Mapping[str, LatencyWindow],
-    reqs: str,
-    ttft: str,
-    tpot: str | None,
-) -> None:
     for name, window in tenants.items():
-        out[reqs + name] = float(window.requests)
-        for prefix, hist in ((ttft, window.ttft), (tpot, window.tpot)):
-            for index, count in hist.items() if prefix else ():
+        out[_REQS + name] = float(window.requests)
+        for prefix, hist in ((_TTFT, window.ttft), (_TPOT, window.tpot)):
+            for index, count in hist.items():
                 out[f"{prefix}{name}:{index}"] = float(count)
+    return out
 
 
 def _latest_reports(ctx: Any) -> dict[Any, dict[str, float]]:
@@ -251,41 +240,23 @@ def _latest_reports(ctx: Any) -> dict[Any, dict[str, float]]:
     return out
 
 
-def _windows(
-    report: Mapping[str, float],
-    reqs: str = _REQS,
-    ttft_key: str = _TTFT,
-    tpot_key: str | None = _TPOT,
-) -> dict[str, LatencyWindow]:
-    """One replica's tenant windows decoded from its published stats (with the held
-    prefixes: the ingresses' held requests it carries)."""
+def _windows(report: Mapping[str, float]) -> dict[str, LatencyWindow]:
+    """One replica's tenant windows decoded from its published stats."""
     ttft: dict[str, dict[int, float]] = {}
     tpot: dict[str, dict[int, float]] = {}
     requests: dict[str, int] = {}
     for key, value in report.items():
         if math.isnan(value):
             continue
-        if key.startswith(reqs):
-            requests[key[len(reqs) :]] = int(value)
+        if key.startswith(_REQS):
+            requests[key[len(_REQS) :]] = int(value)
             continue
-        for prefix, into in ((ttft_key, ttft), (tpot_key, tpot)):
-            if prefix and key.startswith(prefix):
+        for prefix, into in ((_TTFT, ttft), (_TPOT, tpot)):
+            if key.startswith(prefix):
                 name, _, index = key[len(prefix) :].rpartition(":")
                 into.setdefault(name, {})[int(index)] = value
     names = set(ttft) | set(tpot) | set(requests)
     return {n: LatencyWindow(ttft.get(n, {}), tpot.get(n, {}), requests.get(n, 0)) for n in names}
-
-
-def ingress_held(
-    reports: Mapping[Any, Mapping[str, float]],
-) -> tuple[int, dict[str, LatencyWindow]]:
-    """(slots held, tenant windows of the held and shed requests) at the ingresses, from
-    the freshest reading among the replicas' reports ((0, {}) without one)."""
-    readings = [r for r in reports.values() if _HELD_AT in r and not math.isnan(r[_HELD_AT])]
-    if not readings:
-        return 0, {}
-    best = max(readings, key=lambda r: r[_HELD_AT])
-    return max(0, round(best.get(_HELD, 0.0))), _windows(best, _HELD_REQS, _HELD_TTFT, None)
 
 
 def replica_starts(reports: Mapping[Any, Mapping[str, float]]) -> list[float]:
@@ -316,17 +287,18 @@ def snapshot_from_context(
     state: PolicyState,
     last_start_s: float | None = None,
     warming_since_s: float | None = None,
+    held: HeldReport | None = None,
 ) -> Snapshot:
     """Snapshot from a Ray `AutoscalingContext`. Replicas above the current count up to
     the target are warming, aged from the last scale-up or from `warming_since_s` (when
     more began warming without one: a replica replacing a crashed one), whichever is later;
     those above the target drain.
     Queued = requests waiting at handles, inside engines (no batch slot) and in the
-    ingresses' own deadline queues (`ingress_held`), like the simulator's ingress queue;
-    the held and shed requests' waits join the tenants' TTFT windows. Latency windows and
-    the recent arrival rate come from each replica's latest report (a replica's own windows
-    already cover the look-back; averaging them again over it would lag the burst detector
-    and blur the histograms).
+    ingresses' deadline queues (`held`: the board's fresh publications), like the
+    simulator's ingress queue; the held requests' waits join the tenants' TTFT windows and
+    count in flight. Latency windows and the recent arrival rate come
+    from each replica's latest report (a replica's own windows already cover the look-back;
+    averaging them again over it would lag the burst detector and blur the histograms).
     The replica start is the largest the replicas report, else `last_start_s` (the last
     measured one)."""
     now = ctx.current_time if ctx.current_time is not None else 0.0
@@ -335,21 +307,24 @@ def snapshot_from_context(
     warming = max(0, target - running)
     started = max((s for s in (state.last_up_s, warming_since_s) if s is not None), default=None)
     age = 0.0 if started is None else max(0.0, now - started)
-    reports = _latest_reports(ctx)
-    held, held_windows = ingress_held(reports)
     queued = (ctx.total_queued_requests or 0.0) + sum((metrics.get(_WAITING) or {}).values())
+    reports = _latest_reports(ctx)
     recent = [r[_RECENT] for r in reports.values() if _RECENT in r]
+    windows = [_windows(r) for r in reports.values()]
+    held_slots = 0 if held is None else held.held
+    if held is not None:
+        windows.append(dict(held.tenants))
     return Snapshot(
         now_s=now,
         ready_replicas=min(running, target),
         warming_ages_s=(age,) * warming,
         draining_replicas=max(0, running - target),
-        tenants=pooled_tenant_latency([*(_windows(r) for r in reports.values()), held_windows]),
+        tenants=pooled_tenant_latency(windows),
         arrival_rate_rps=sum((metrics.get(_RATE) or {}).values()),
         mean_prompt_tokens=_pooled_mean(metrics, _PROMPT),
         mean_output_tokens=_pooled_mean(metrics, _OUTPUT),
-        in_flight=math.ceil(ctx.total_num_requests or 0.0) + held,
-        queued=math.ceil(queued) + held,
+        in_flight=math.ceil(ctx.total_num_requests or 0.0) + held_slots,
+        queued=math.ceil(queued) + held_slots,
         recent_arrival_rate_rps=sum(recent) if recent else None,
         replica_start_s=measured_start_s(replica_starts(reports), last_start_s),
     )
@@ -374,7 +349,28 @@ class SlaAutoscalingPolicy:
     policy: Callable[[Snapshot, PolicySpec, PolicyState], ScaleDecision] = staticmethod(decide)
 
     def __init__(self, **policy_spec: Any):
+        board = policy_spec.pop(BOARD_KEY, None)
         self.spec = policy_spec_from_json(policy_spec)
+        self.board = None if board is None else (str(board["scope"]), str(board["model"]))
+
+    @staticmethod
+    def held_store(app: str) -> HeldStore:
+        """The board's store for Serve application `app` (Ray's GCS; tests replace it)."""
+        from agentserve.serve.gcs_board import GcsHeldStore
+
+        return GcsHeldStore(app)
+
+    def _held(self, ctx: Any, now: float) -> HeldReport | None:
+        """What the ingresses hold for this model now (None: no board, nothing fresh, or
+        the read failed: then the policy decides without it)."""
+        if self.board is None:
+            return None
+        scope, model = self.board
+        try:
+            return read_held(self.held_store(ctx.app_name), scope, model, now)
+        except Exception as err:
+            log.warning("agentserve policy: reading the held-requests board failed: %r", err)
+            return None
 
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         policy_state = dict(ctx.policy_state or {})
@@ -388,7 +384,8 @@ class SlaAutoscalingPolicy:
         state = PolicyState.from_dict(policy_state.get(STATE_KEY) or {})
         standby = self.spec.standby_replicas
         since = _warming_since(ctx, policy_state, now)
-        seen = snapshot_from_context(ctx, state, policy_state.get(START_KEY), since)
+        held = self._held(ctx, now)
+        seen = snapshot_from_context(ctx, state, policy_state.get(START_KEY), since, held)
         snap = visible_snapshot(seen, standby)
         decision = self.policy(snap, self.spec, state)
         target = fleet_target(decision.target_replicas, standby, self.spec.max_replicas)

@@ -216,7 +216,11 @@ class Ingress:
         return app
 
     async def __del__(self) -> None:
-        """Serve stops this replica: export the spans its tracer still holds."""
+        """Serve stops this replica: export the spans its tracer still holds, withdraw
+        what it published on the held-requests board."""
+        board = self.asgi.state.ingress.dispatch_stage.board if self.asgi is not None else None
+        if board is not None:
+            await asyncio.to_thread(board.close)
         tracer = getattr(self, "_tracer", None)
         if tracer is not None:
             await asyncio.to_thread(close_tracer, tracer)
@@ -310,13 +314,7 @@ def build_app(
     models = {
         m.name: serve.deployment(ModelReplica)
         .options(**deployment_options(m, spec, tenant_slas))
-        .bind(
-            m,
-            engine_factory,
-            tracing=spec.tracing,
-            window_s=look_back_s,
-            board=held_board(spec, m),
-        )
+        .bind(m, engine_factory, tracing=spec.tracing, window_s=look_back_s)
         for m in spec.models
     }
     ingress = serve.deployment(Ingress).options(**ingress_options(spec))

@@ -67,8 +67,15 @@ async def _merged(streams: Sequence[AsyncIterator[Delta]]) -> AsyncIterator[Delt
         nonlocal prompt
         tokens[i] = max(tokens[i], delta.completion_tokens)
         prompt = max(prompt, delta.prompt_tokens)
+        # the prompt's cached tokens as choice 0 saw them: the later choices find the
+        # blocks it just cached, which the request's usage must not count as cached
+        cached = delta.cached_tokens if i == 0 else 0
         return dataclasses.replace(
-            delta, index=i, prompt_tokens=prompt, completion_tokens=sum(tokens)
+            delta,
+            index=i,
+            prompt_tokens=prompt,
+            completion_tokens=sum(tokens),
+            cached_tokens=cached,
         )
 
     def next_of(i: int) -> None:

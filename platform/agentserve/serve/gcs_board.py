@@ -1,62 +1,73 @@
-"""The held-requests board (serve/held_board.py) on Ray: Ray's GCS key-value store, and
-which deployments use it (the SLA policy of autoscaling models)."""
+"""The held-requests board (serve/held_board.py) on Ray: Ray's GCS key-value store. The
+ingress writes it (serve/app.py), the SLA policy reads it in Serve's controller
+(autoscale/ray_policy.py); every call is bounded by GCS_TIMEOUT_S."""
 
 from __future__ import annotations
 
 from ray import serve
 
-from agentserve.serve.held_board import HeldStore
-from agentserve.spec import DeploymentSpec, ModelSpec
+from agentserve.serve.held_board import HELD_SCOPE, HeldStore, sla_scaled_models
+from agentserve.spec import DeploymentSpec
 
-__all__ = ["HELD_SCOPE", "GcsHeldStore", "held_board"]
+__all__ = ["GCS_TIMEOUT_S", "GcsHeldStore", "held_board"]
+
+GCS_TIMEOUT_S = 1.0
 
 
 class GcsHeldStore:
     """HeldStore on Ray's GCS key-value store (namespace "agentserve"), keys under the
-    Serve application's name; stateless, so it pickles to every replica."""
+    Serve application `app` (None: the application of the replica it runs in)."""
 
-    NAMESPACE = "agentserve"
+    NAMESPACE = b"agentserve"
 
-    def _key(self, key: str) -> bytes:
-        try:
-            app = serve.get_replica_context().app_name
-        except Exception:  # outside a replica
-            app = "default"
-        return f"held/{app}/{key}".encode()
+    def __init__(self, app: str | None = None):
+        self.app = app
+
+    def _base(self) -> str:
+        app = self.app
+        if app is None:
+            try:
+                app = serve.get_replica_context().app_name
+            except Exception:  # outside a replica
+                app = "default"
+        return f"held/{app}/"
+
+    @staticmethod
+    def _client():
+        from ray.experimental import internal_kv
+
+        client = internal_kv.internal_kv_get_gcs_client()
+        if client is None:
+            raise RuntimeError("not connected to Ray")
+        return client
 
     def put(self, key: str, value: bytes) -> None:
-        from ray.experimental import internal_kv
-
-        internal_kv._internal_kv_put(self._key(key), value, namespace=self.NAMESPACE)
+        key_bytes = (self._base() + key).encode()
+        self._client().internal_kv_put(
+            key_bytes, value, overwrite=True, namespace=self.NAMESPACE, timeout=GCS_TIMEOUT_S
+        )
 
     def get(self, key: str) -> bytes | None:
-        from ray.experimental import internal_kv
-
-        return internal_kv._internal_kv_get(self._key(key), namespace=self.NAMESPACE)
+        key_bytes = (self._base() + key).encode()
+        return self._client().internal_kv_get(
+            key_bytes, namespace=self.NAMESPACE, timeout=GCS_TIMEOUT_S
+        )
 
     def keys(self, prefix: str) -> list[str]:
-        from ray.experimental import internal_kv
-
-        base = self._key("")
-        found = internal_kv._internal_kv_list(self._key(prefix), namespace=self.NAMESPACE)
-        return [k[len(base) :].decode() for k in found]
+        base = self._base()
+        found = self._client().internal_kv_keys(
+            (base + prefix).encode(), namespace=self.NAMESPACE, timeout=GCS_TIMEOUT_S
+        )
+        return [k.decode()[len(base) :] for k in found]
 
     def delete(self, key: str) -> None:
-        from ray.experimental import internal_kv
-
-        internal_kv._internal_kv_del(self._key(key), namespace=self.NAMESPACE)
-
-
-HELD_SCOPE = "requests"  # the board's keys: held/<app>/requests/<model>/<ingress id>
+        key_bytes = (self._base() + key).encode()
+        self._client().internal_kv_del(
+            key_bytes, del_by_prefix=False, namespace=self.NAMESPACE, timeout=GCS_TIMEOUT_S
+        )
 
 
-def held_board(
-    spec: DeploymentSpec, model: ModelSpec | None = None
-) -> tuple[HeldStore, str] | None:
-    """Where the ingresses publish the requests they hold (serve/held_board.py): for the
-    SLA policy of an autoscaling model (`model`), or of any (the ingress); else None."""
-    models = [model] if model is not None else spec.models
-    scaled = any(m.replicas.min_replicas < m.replicas.max_replicas for m in models)
-    if not scaled or spec.autoscaling.policy != "sla":
-        return None
-    return GcsHeldStore(), HELD_SCOPE
+def held_board(spec: DeploymentSpec) -> tuple[HeldStore, str] | None:
+    """Where the ingress publishes the requests it holds: Ray's GCS store when some model's
+    SLA policy reads it (held_board.sla_scaled_models), else None."""
+    return (GcsHeldStore(), HELD_SCOPE) if sla_scaled_models(spec) else None

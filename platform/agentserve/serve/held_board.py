@@ -4,26 +4,25 @@ The ingress sends each model at most its replicas' slots (admission/priority.py)
 the rest in its own deadline-ordered queue; Ray's autoscaling context counts only what
 reached a handle or a replica, so without this board the live policy would size the fleet
 for the requests it can already see and never for the line behind them (the simulator
-sees both). Each ingress replica publishes, per model, what it holds now, and the model
-replicas carry the freshest publication into their `record_autoscaling_stats`
-(serve/replica_stats.py -> autoscale/ray_policy.py), where the policy adds it to its queue
-and its TTFT windows.
+sees both). Each ingress replica publishes, per autoscaled model, what it holds now; the
+SLA policy reads the board in Ray's controller each time it decides
+(autoscale/ray_policy.py) and adds it to its queue and its TTFT windows.
 
 Contract:
 - A publication (`HeldReport`, one per ingress replica and model, key
-  `<scope>/<model>/<ingress id>`) holds the wall time it was made, the slots its waiting
-  requests need (`held`), and per tenant a TTFT histogram (latency_stat buckets) of their
-  waits so far plus the waits of batch requests shed past their deadline within the
-  window (a shed request never reaches a replica, so no replica counts it).
+  `<scope>/<model, URL-quoted>/<ingress id>`) holds the wall time it was made, the slots
+  its waiting requests need (`held`), and per tenant a TTFT histogram (latency_stat
+  buckets) of their waits so far. Requests shed past their deadline are not in it: the
+  simulator, whose figures the policy's thresholds were chosen on, records none either.
 - An ingress publishes when a request starts waiting, then every PUBLISH_S while it holds
-  any or a shed request is in its window, then once more with nothing held; idle, it
-  writes nothing.
-- A reader merges the fresh publications of every ingress (newer than STALE_S: an ingress
-  that died or stopped leaves its last one behind) and deletes the ones older than
-  FORGET_S. Its `at` is the newest merged, so the adapter can take the freshest reading
-  among the replicas, which all read the same board.
+  any, then once more with nothing held; idle, it writes nothing. A request that starts
+  waiting while the last write is in flight is published after it (no lost wake-up).
+- A reader merges the publications of every ingress made within STALE_S (a busy ingress
+  republishes every PUBLISH_S; an ingress that died leaves its last one behind) and not
+  dated more than SKEW_S ahead of its own clock; it deletes those older than FORGET_S. An
+  ingress deletes its own when it stops (`close`).
 - The store is injected (`HeldStore`: put / get / keys / delete of bytes, synchronous);
-  serve/app.py gives it Ray's GCS key-value store, tests a dict. Ray-free.
+  serve/gcs_board.py gives it Ray's GCS key-value store, tests a dict. Ray-free.
 """
 
 from __future__ import annotations
@@ -33,20 +32,23 @@ import contextlib
 import json
 import logging
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import quote
 
 from agentserve.autoscale.latency_stat import LatencyWindow, histogram
+from agentserve.spec import DeploymentSpec
 
-__all__ = ["FORGET_S", "PUBLISH_S", "STALE_S", "HeldBoard", "HeldReport", "HeldStore"]
-__all__ += ["read_held"]
+__all__ = ["FORGET_S", "HELD_SCOPE", "PUBLISH_S", "SKEW_S", "STALE_S", "HeldBoard", "HeldReport"]
+__all__ += ["HeldStore", "MemoryHeldStore", "read_held", "sla_scaled_models"]
 
 log = logging.getLogger(__name__)
 PUBLISH_S = 1.0
-STALE_S = 15.0
+STALE_S = 5.0
+SKEW_S = 2.0
 FORGET_S = 300.0
+HELD_SCOPE = "requests"  # the board's keys: <scope>/<model>/<ingress id>
 
 
 class HeldStore(Protocol):
@@ -56,10 +58,29 @@ class HeldStore(Protocol):
     def delete(self, key: str) -> None: ...
 
 
+class MemoryHeldStore:
+    """A HeldStore in one process's memory (tests; an ingress and its policy in one process)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def put(self, key: str, value: bytes) -> None:
+        self.data[key] = value
+
+    def get(self, key: str) -> bytes | None:
+        return self.data.get(key)
+
+    def keys(self, prefix: str) -> list[str]:
+        return [k for k in self.data if k.startswith(prefix)]
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+
+
 @dataclass(frozen=True)
 class HeldReport:
     """What one or more ingresses hold for one model: `held` slots waiting, per tenant the
-    waits (held so far, shed) as LatencyWindows with TTFT only, published at `at`."""
+    waits so far as LatencyWindows with TTFT only, published at `at`."""
 
     at: float
     held: int = 0
@@ -100,15 +121,23 @@ class HeldReport:
         return cls(max(r.at for r in reports), sum(r.held for r in reports), tenants)
 
 
+def sla_scaled_models(spec: DeploymentSpec) -> list[str]:
+    """The models whose SLA policy reads the board: those that autoscale (min < max) under
+    autoscaling.policy "sla"."""
+    if spec.autoscaling.policy != "sla":
+        return []
+    return [m.name for m in spec.models if m.replicas.min_replicas < m.replicas.max_replicas]
+
+
 def _prefix(scope: str, model: str) -> str:
-    return f"{scope}/{model}/"
+    return f"{scope}/{quote(model, safe='')}/"  # a "/" in a name must not widen the prefix
 
 
 def read_held(
     store: HeldStore, scope: str, model: str, now: float | None = None
 ) -> HeldReport | None:
-    """The fresh publications for `model`, merged (None: no ingress published within
-    STALE_S); publications older than FORGET_S are deleted. Synchronous (the store is)."""
+    """The fresh publications for `model`, merged (None: none fresh); publications older
+    than FORGET_S are deleted. Synchronous (the store is)."""
     now = time.time() if now is None else now
     fresh: list[HeldReport] = []
     for key in store.keys(_prefix(scope, model)):
@@ -120,10 +149,11 @@ def read_held(
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("unreadable held-requests publication %s", key)
             continue
-        if now - report.at > FORGET_S:
+        age = now - report.at
+        if age > FORGET_S:
             with contextlib.suppress(Exception):
                 store.delete(key)
-        elif now - report.at <= STALE_S:
+        elif -SKEW_S <= age <= STALE_S:
             fresh.append(report)
     return HeldReport.merged(fresh)
 
@@ -133,9 +163,9 @@ Waiting = Callable[[], Mapping[str, list[tuple[str, float, int]]]]
 
 
 class HeldBoard:
-    """One ingress replica's publisher. Call `wake()` when a request starts waiting and
-    `shed(model, tenant, waited_s)` when one is refused past its deadline; the board then
-    publishes from `waiting` (see the module docstring) until nothing is held."""
+    """One ingress replica's publisher for the autoscaled `models`. Call `wake()` when a
+    request starts waiting; the board then publishes from `waiting` (see the module
+    docstring) until nothing is held. `close()` when the ingress stops."""
 
     def __init__(
         self,
@@ -143,23 +173,21 @@ class HeldBoard:
         scope: str,
         ingress_id: str,
         waiting: Waiting,
-        window_s: float = 30.0,
+        models: Collection[str],
         clock: Callable[[], float] = time.time,
         publish_s: float = PUBLISH_S,
     ):
         self.store, self.scope, self.ingress_id = store, scope, ingress_id
-        self.waiting, self.window_s, self.clock = waiting, window_s, clock
+        self.waiting, self.models, self.clock = waiting, set(models), clock
         self.publish_s = publish_s
-        self._shed: dict[str, deque[tuple[float, str, float]]] = {}  # model -> (at, tenant, ms)
         self._published: set[str] = set()  # models whose last publication held something
+        self._written: set[str] = set()  # keys this board wrote (deleted by close)
+        self._dirty = False  # a request started waiting since the last report
         self._task: asyncio.Task[None] | None = None
 
-    def shed(self, model: str, tenant: str, waited_s: float) -> None:
-        self._shed.setdefault(model, deque()).append((self.clock(), tenant, waited_s * 1e3))
-        self.wake()
-
     def wake(self) -> None:
-        """Start publishing (no-op while already publishing, or off an event loop)."""
+        """Publish soon (off an event loop: only marked; the next publish picks it up)."""
+        self._dirty = True
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -168,50 +196,57 @@ class HeldBoard:
             self._task = loop.create_task(self._run())
 
     def reports(self) -> dict[str, HeldReport]:
-        """Per model with anything held or shed in the window, or published so before:
+        """Per autoscaled model holding anything, or that did at the last publication:
         its report now."""
+        self._dirty = False
         now = self.clock()
         out: dict[str, HeldReport] = {}
-        waiting = self.waiting()
-        for model in set(waiting) | set(self._shed) | self._published:
-            shed = self._shed.get(model, deque())
-            while shed and shed[0][0] < now - self.window_s:
-                shed.popleft()
-            if not shed:
-                self._shed.pop(model, None)
+        waiting = {m: w for m, w in self.waiting().items() if m in self.models}
+        for model in set(waiting) | self._published:
             samples: dict[str, list[float]] = {}
             held = 0
             for tenant, waited_s, slots in waiting.get(model, []):
                 samples.setdefault(tenant, []).append(waited_s * 1e3)
                 held += slots
-            for _, tenant, ms in shed:
-                samples.setdefault(tenant, []).append(ms)
             tenants = {t: LatencyWindow(histogram(s), {}, len(s)) for t, s in samples.items()}
             out[model] = HeldReport(now, held, tenants)
         return out
 
     def publish(self) -> bool:
-        """Write every model's report now; True while anything is still held or shed."""
+        """Write every model's report now; True while anything is still held."""
         return self._write(self.reports())
 
     def _write(self, reports: Mapping[str, HeldReport]) -> bool:
         busy = False
         for model, report in reports.items():
-            busy = busy or bool(report.tenants)
+            busy = busy or report.held > 0
             key = _prefix(self.scope, model) + self.ingress_id
             try:
                 self.store.put(key, report.to_json())
             except Exception:  # the board is advisory: never fail a request over it
                 log.warning("publishing held requests for %s failed", model, exc_info=True)
                 continue
-            if report.tenants:
+            self._written.add(key)
+            if report.held > 0:
                 self._published.add(model)
             else:
                 self._published.discard(model)
         return busy
 
     async def _run(self) -> None:
-        # the reports are read on the event loop (the queues live there), written off it
-        # (the store's calls block)
-        while await asyncio.to_thread(self._write, self.reports()):
+        # reports are read on the event loop (the queues live there), written off it (the
+        # store's calls block); a wake during the write is published after it
+        while True:
+            busy = await asyncio.to_thread(self._write, self.reports())
+            if not busy and not self._dirty:
+                return
             await asyncio.sleep(self.publish_s)
+
+    def close(self) -> None:
+        """Delete this ingress's publications (best effort; readers also age them out)."""
+        if self._task is not None:
+            self._task.cancel()
+        for key in list(self._written):
+            with contextlib.suppress(Exception):
+                self.store.delete(key)
+        self._written.clear()

@@ -12,8 +12,7 @@ elsewhere (serve/migrate.py).
 Serve calls `record_autoscaling_stats` every look_back_period_s / 5 when the deployment
 autoscales: per-tenant TTFT/TPOT windows, arrivals, engine batch and queue, DFlash
 acceptance by batch size and the replica's start time, construction to engine ready
-(serve/replica_stats.py), with what the ingresses hold for the model (serve/held_board.py),
-which the SLA policy (autoscale/ray_policy.py) reads.
+(serve/replica_stats.py), which the SLA policy (autoscale/ray_policy.py) reads.
 With replicas.sleep_when_idle_s (GPU), an idle replica's engine sleeps and its next request
 wakes it first (serve/sleep_gate.py); the stats then say whether it sleeps and how long its
 last wake took.
@@ -40,7 +39,6 @@ from agentserve.engine.protocol import (
 )
 from agentserve.engine.registry import engine_class
 from agentserve.serve.coalesce import coalesced, stream_interval_s
-from agentserve.serve.held_board import HeldReport, HeldStore, read_held
 from agentserve.serve.replica_stats import ReplicaStats
 from agentserve.serve.sleep_gate import SleepGate, sleep_gate
 from agentserve.serve.spans import speculative_tokens, traced_stream
@@ -56,7 +54,6 @@ log = logging.getLogger(__name__)
 EXIT_DELAY_S = 0.2  # lets the EngineDeadError reach the ingress before the replica exits
 HEALTH_FAILURES_TO_EXIT = 3  # Ray Serve's REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD
 HEALTH_TIMEOUT_FRACTION = 0.8  # of health_check_timeout_s: answer before Serve gives up
-HELD_READ_TIMEOUT_S = 1.0  # reading the ingresses' held requests (then reported without)
 
 
 def default_engine_factory(model: ModelSpec) -> Engine:
@@ -76,12 +73,9 @@ class ModelReplica:
         engine_factory: EngineFactory,
         tracing: TracingSpec | None = None,
         window_s: float = 30.0,
-        board: tuple[HeldStore, str] | None = None,
     ):
-        """`board`: (store, scope) where the ingresses publish the requests they hold
-        (serve/held_board.py), read for the autoscaling stats; None: not read."""
         constructed = time.monotonic()
-        self.model, self.board = model, board
+        self.model = model
         self.engine = engine_factory(model)
         self.tracer = make_tracer(tracing or TracingSpec(), os.environ, "replica")
         self.speculative_tokens = speculative_tokens(self.engine, model)
@@ -152,21 +146,7 @@ class ModelReplica:
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Ray Serve's custom autoscaling metrics hook (flat name -> float)."""
         sleep = self.sleep_gate.state() if self.sleep_gate else None
-        held = await self._read_held()
-        return self.windows.autoscaling_stats(await self.engine.stats(), sleep, held)
-
-    async def _read_held(self) -> HeldReport | None:
-        """The ingresses' held requests for this model; None when not published or not
-        readable in time (the stats go without them rather than late)."""
-        if self.board is None:
-            return None
-        store, scope = self.board
-        read = asyncio.to_thread(read_held, store, scope, self.model.name)
-        try:
-            return await asyncio.wait_for(read, HELD_READ_TIMEOUT_S)
-        except Exception:
-            log.warning("reading the ingresses' held requests failed", exc_info=True)
-            return None
+        return self.windows.autoscaling_stats(await self.engine.stats(), sleep)
 
     async def check_health(self) -> None:
         """Ray Serve's health hook: raise when the engine cannot serve or does not say so

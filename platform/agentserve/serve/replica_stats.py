@@ -20,8 +20,6 @@ Contracts:
   the replica once its engine is ready); None until then.
 - With idle sleep on (serve/sleep_gate.py) the stats also say whether the engine sleeps
   now and how long its last wake took.
-- The requests the ingresses hold for this model (serve/held_board.py), as the replica
-  read them, travel alongside: not this replica's window, so never pooled as one.
 The clock is injected (wall time by default: the accept header is wall time).
 """
 
@@ -38,7 +36,6 @@ from agentserve.autoscale.ray_policy import encode_replica_stats
 from agentserve.engine.protocol import Delta, EngineStats
 from agentserve.engine.spec_by_batch import BatchCounts, acceptance_by_bucket, counts_delta
 from agentserve.serve.delta_tracker import DeltaTracker
-from agentserve.serve.held_board import HeldReport
 from agentserve.serve.sleep_gate import SleepState
 from agentserve.serve.spans import SENT_AT_HEADER, TENANT_HEADER
 
@@ -186,11 +183,10 @@ class ReplicaStats:
         return acceptance_by_bucket(counts_delta(engine.spec_by_batch, base))
 
     def autoscaling_stats(
-        self, engine: EngineStats, sleep: SleepState | None = None, held: HeldReport | None = None
+        self, engine: EngineStats, sleep: SleepState | None = None
     ) -> dict[str, float]:
         """The replica's `record_autoscaling_stats` result (flat name -> float); `sleep`
-        the engine's sleep state where idle sleep is on; `held` what the ingresses hold
-        for this model (serve/held_board.py), carried to the autoscaler as read."""
+        the engine's sleep state where idle sleep is on."""
         prompt, output, finished = self.mean_tokens()
         return encode_replica_stats(
             self.windows(),
@@ -205,5 +201,4 @@ class ReplicaStats:
             replica_start_s=self.start_s,
             sleeping=None if sleep is None else sleep.sleeping,
             wake_s=None if sleep is None else sleep.wake_s,
-            held=None if held is None else (held.at, held.held, held.tenants),
         )

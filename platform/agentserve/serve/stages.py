@@ -47,7 +47,7 @@ from agentserve.serve import spans
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.engine_request import engine_headers, engine_request
 from agentserve.serve.fanout import fan_out
-from agentserve.serve.held_board import HeldBoard, HeldStore
+from agentserve.serve.held_board import HeldBoard, HeldStore, sla_scaled_models
 from agentserve.serve.metrics import ServingMetrics
 from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
@@ -182,14 +182,10 @@ class Dispatch:
         self.board: HeldBoard | None = None
         if board is not None:
             self.board = HeldBoard(
-                *board, uuid.uuid4().hex, lambda: self.dispatcher.held(),
-                window_s=spec.autoscaling.look_back_period_s,
-            )  # fmt: skip
+                *board, uuid.uuid4().hex, lambda: self.dispatcher.held(), sla_scaled_models(spec)
+            )
         on_wait = self.board.wake if self.board else lambda: None
-        on_shed = self.board.shed if self.board else lambda model, tenant, waited_s: None
-        self.dispatcher = Dispatcher(
-            spec.models, list(backends), ingress_replicas(spec), on_wait, on_shed
-        )
+        self.dispatcher = Dispatcher(spec.models, list(backends), ingress_replicas(spec), on_wait)
         self.salter = CacheSalter(salt_key())  # shared by all ingress replicas
         self.poison = PoisonList(clock)  # requests that crashed replicas (serve/poison.py)
 

@@ -76,6 +76,17 @@ def test_merged_stream_counts_tokens_over_choices_and_sets_indices():
     assert sorted(source.closed) == [0, 1]
 
 
+def test_the_cached_prompt_tokens_are_choice_0s_not_the_later_choices_hits():
+    """The later choices find the blocks choice 0 just cached: their near-total hit must
+    not make the request's usage say its fresh prompt was cached (found by review)."""
+    scripts = [
+        [Delta("a", 40, 1), Delta("b", 40, 2, "stop", cached_tokens=0)],
+        [Delta("x", 40, 1), Delta("y", 40, 2, "stop", cached_tokens=32)],
+    ]
+    deltas = asyncio.run(_drain(fan_out(_request(n=2), Scripted(scripts, 0.001).generate)))
+    assert max(d.cached_tokens for d in deltas) == 0
+
+
 def test_an_error_before_any_output_fails_the_whole_request_and_closes_the_rest():
     bad = EngineRequestError("too long", param="messages")
     source = Scripted([[Delta("a", 5, 1), Delta("b", 5, 2, "stop")], [bad]], delay=0.001)

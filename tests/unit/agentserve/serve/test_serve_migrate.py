@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import time
 
 import pytest
 from agentserve.engine.protocol import (
@@ -163,6 +164,19 @@ def test_migrated_output_equals_undisturbed(request_, after_tokens):
     assert [r.request_id for r in b.requests] == [f"{request_.request_id}-m1"]
     if after_tokens:  # something was delivered: b got a continuation with less budget
         assert b.requests[0].continuation.completion_tokens == after_tokens
+
+
+def test_the_continuation_sent_after_a_death_carries_its_own_send_time():
+    from agentserve.serve.spans import SENT_AT_HEADER
+
+    request_ = dataclasses.replace(_chat(max_tokens=9), headers={SENT_AT_HEADER: "1000"})
+    a, b = _engines(2, accept_per_step=1)
+    a.inject("crash", after_tokens=3)
+    before = time.time_ns()
+    asyncio.run(_collect(migrating(Pool(a, b).generate, request_, 2)))
+    (continued,) = b.requests
+    assert continued.continuation is not None
+    assert int(continued.headers[SENT_AT_HEADER]) >= before  # not the first send's 1000
 
 
 def test_migrations_are_bounded():
