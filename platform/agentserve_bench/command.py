@@ -57,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks that print and save measured figures")
+    bench.set_defaults(group_parser=bench)  # `agentserve bench` alone: its help, exit 2
     kinds = bench.add_subparsers(title="benchmarks", metavar="BENCH")
     p = kinds.add_parser(
         "speculative",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -159,11 +159,27 @@ class LatencyModel:
 
     @classmethod
     def from_json(cls, text: str) -> LatencyModel:
-        return cls(**json.loads(text))
+        """From `to_json`'s text, or `agentserve bench fit-latency --out`'s (its
+        "latency_model" section). ValueError for anything else: not an object, no fields,
+        a field LatencyModel does not have."""
+        data = json.loads(text)
+        if isinstance(data, dict) and isinstance(data.get("latency_model"), dict):
+            data = data["latency_model"]  # fit-latency's figures file
+        if not isinstance(data, dict) or not data:
+            raise ValueError("a latency model is a JSON object of LatencyModel fields")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown latency model fields {unknown}; known: {sorted(known)}")
+        return cls(**data)
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyModel:
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        """`from_json` of a file; ValueError naming the file when it is not one."""
+        try:
+            return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        except (ValueError, TypeError) as err:  # JSONDecodeError is a ValueError
+            raise ValueError(f"{path}: {err}") from None
 
 
 def geometric_tau(alpha: float, drafted: int) -> float:

@@ -100,8 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, plugin in plugin_commands().items():
         if isinstance(plugin, str):
             _unavailable(sub, name, plugin)
-        else:
+            continue
+        try:
             plugin(sub)
+        except Exception as err:  # a broken plugin must not take every command down
+            hint = PLUGIN_HINTS.get(name, "reinstall the package that provides it")
+            _unavailable(sub, name, f"`agentserve {name}` failed to load ({err!r}): {hint}")
     for command in (model, spec):
         command.add_parser(sub)
     return parser
@@ -112,8 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
-        parser.print_help()
-        return 0
+        # no command (`agentserve`), or a command group without its action (`agentserve
+        # model`): the help of what was typed, and a usage error for scripts
+        group = getattr(args, "group_parser", None)
+        (group or parser).print_help(sys.stderr)
+        return 2
     try:
         return handler(args)
     except USER_ERRORS as err:

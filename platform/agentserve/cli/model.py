@@ -19,6 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     model = sub.add_parser(
         "model", help="prepare models (convert the bundled GGUF once, check local dirs)"
     )
+    model.set_defaults(group_parser=model)  # `agentserve model` alone: its help, exit 2
     model_sub = model.add_subparsers(title="actions", metavar="ACTION")
     prep = model_sub.add_parser("prepare", help="convert/cache the model and print its directory")
     prep.add_argument(

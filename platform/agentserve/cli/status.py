@@ -293,6 +293,13 @@ def run_status(args: argparse.Namespace, console: Console | None = None) -> int:
     console = console or Console()
     url = args.url.rstrip("/").removesuffix("/v1")
     admin = (getattr(args, "admin_url", None) or url).rstrip("/")
+    for name, value in (("--url", url), ("--admin-url", admin)):
+        if not value.startswith(("http://", "https://")):
+            console.error(f"{name} {value!r} is not an http:// or https:// URL")
+            return 2
+    if args.watch < 0:
+        console.error("--watch takes a number of seconds >= 0 (0: report once)")
+        return 2
     try:
         report = fetch_report(url, args.api_key, admin)
         render(console, report, report_rows(report), "the server's lifetime")
@@ -336,7 +343,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="where /status and /metrics answer: the server's metrics port when "
         "server.metrics_port is set (default: $AGENTSERVE_ADMIN_URL, else --url)",
     )
-    p.add_argument("--api-key", default=None, help="sent as Bearer token (not needed today)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("AGENTSERVE_API_KEY"),
+        help="sent as a Bearer token, for a gateway in front of the server that requires one "
+        "(the server's own /health, /status and /metrics do not; default: "
+        "$AGENTSERVE_API_KEY)",
+    )
     p.add_argument(
         "--watch",
         type=float,

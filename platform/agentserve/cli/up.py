@@ -106,13 +106,17 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
     """`agentserve up`; see the module docstring for the order and exit codes."""
     console = console or Console()
     try:
-        spec, notes = load_up_spec(args, console)
-        drafters = check_drafters(spec)
-        check_port_free(spec.server.host, spec.server.port)
-        if spec.server.metrics_port is not None:
-            check_port_free(spec.server.host, spec.server.metrics_port)
+        # what fails fast, first: the ports and the trace UI, before the default
+        # speculation converts and times the model on a CPU without served figures
+        server = load_spec(args.spec).server if args.spec else DeploymentSpec().server
+        host = args.host if args.host is not None else server.host
+        check_port_free(host, args.port if args.port is not None else server.port)
+        if server.metrics_port is not None:
+            check_port_free(host, server.metrics_port)
         if getattr(args, "traces", False):
             phoenix_executable()  # fail now, not after the weights are prepared
+        spec, notes = load_up_spec(args, console)
+        drafters = check_drafters(spec)
     except (SpecError, DrafterMissingError, PortInUseError, PhoenixNotInstalledError) as err:
         console.error(str(err))
         return 2
@@ -320,7 +324,18 @@ def _clock(seconds: float) -> str:
 
 
 def _default_method() -> str:
-    return default_speculation(BUNDLED_MODEL) or "none"
+    """How the bundled model speculates by default on this kind of CPU, for --help."""
+    from agentserve.drafters import DEFAULT_SPECULATION, machine_class
+
+    if (BUNDLED_MODEL, machine_class()) not in DEFAULT_SPECULATION:
+        return (
+            "the method it picks from this machine's step costs, timed at the first start "
+            "(no served figures for this kind of CPU)"
+        )
+    method = default_speculation(BUNDLED_MODEL)
+    if method is None:
+        return "none (nothing beat plain decoding through the server on this kind of CPU)"
+    return f"{method}, measured fastest through the server on this kind of CPU"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -329,9 +344,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "up",
         help="serve models on local Ray with the OpenAI-compatible API (Ctrl-C stops)",
         description="Start local Ray + Ray Serve with a DeploymentSpec (default: the bundled "
-        f"model {BUNDLED_MODEL} on CPU, speculating with {_default_method()}, the method "
-        "measured fastest for it) and serve the "
-        "OpenAI-compatible API until Ctrl-C or SIGTERM.",
+        f"model {BUNDLED_MODEL} on CPU, speculating with {_default_method()}) and serve "
+        "the OpenAI-compatible API until Ctrl-C or SIGTERM.",
     )
     p.add_argument("--spec", help="DeploymentSpec YAML/JSON (default: the embedded deployment)")
     p.add_argument("--host", help="bind address (default: the spec's server.host, 127.0.0.1)")
@@ -356,8 +370,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=("dflash", "ngram", "hybrid", "suffix", "eagle3", "mtp", "none"),
         default=None,
         help="speculative decoding method for every model (default: the spec's drafter; "
-        f"the bundled model speculates with {_default_method()}, measured fastest for it in "
-        "docs/benchmarks.md). dflash uses the shipped DFlash drafter or drafter.path; ngram "
+        f"the bundled model speculates with {_default_method()}; docs/benchmarks.md). "
+        "dflash uses the shipped DFlash drafter or drafter.path; ngram "
         "(prompt lookup) needs no drafter; hybrid drafts with n-gram where prompt lookup "
         "matches and with the DFlash drafter elsewhere; eagle3 needs drafter.path in the spec",
     )
