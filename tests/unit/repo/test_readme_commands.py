@@ -132,7 +132,7 @@ def test_install_sh_help_lists_its_options_and_refuses_unknown_ones():
         ["bash", str(ROOT / "install.sh"), "--help"], capture_output=True, text=True
     )
     assert out.returncode == 0
-    for option in ("--dev", "--traces", "--gpu", "--cpu"):
+    for option in ("--dev", "--traces", "--agents", "--gpu", "--cpu"):
         assert f"./install.sh {option}" in out.stdout
     bad = subprocess.run(
         ["bash", str(ROOT / "install.sh"), "--nope"], capture_output=True, text=True
