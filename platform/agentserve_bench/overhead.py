@@ -359,7 +359,8 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         "--drafter",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="DFlash drafter on/off (default: as `agentserve up`: the shipped drafter)",
+        help="DFlash drafter on/off (default: the spec's drafter; for the bundled model DFlash "
+        "with the shipped drafter, not `agentserve up`'s per-CPU default method)",
     )
     p.add_argument(
         "--concurrency", type=ints, default=[1, 4, 16], help="comma list (default: 1,4,16)"

@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "source",
         nargs="?",
         default=BUNDLED_MODEL,
-        help="bundled model name or local HF dir",
+        help="the bundled model's name, a local Hugging Face model directory, or a Hub id "
+        "(downloaded) (default: %(default)s)",
     )
     prep.add_argument("--quiet", action="store_true", help="no progress bar")
     prep.set_defaults(handler=_cmd_prepare)

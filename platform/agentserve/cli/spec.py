@@ -32,7 +32,11 @@ def _cmd_spec(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `spec` on the CLI's subparsers."""
-    spec = sub.add_parser("spec", help="show, validate or export the schema of a DeploymentSpec")
+    spec = sub.add_parser(
+        "spec",
+        help="show, validate or export the schema of a DeploymentSpec; fill its speculation "
+        "schedules",
+    )
     spec.add_argument(
         "action",
         choices=["show", "validate", "schema", "speculation-schedule"],

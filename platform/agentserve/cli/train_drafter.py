@@ -38,7 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", default=BUNDLED_MODEL, help="bundled model name or local HF dir")
+    p.add_argument(
+        "--model",
+        default=BUNDLED_MODEL,
+        help="target model: the bundled model's name or a local HF dir (default: %(default)s)",
+    )
     p.add_argument(
         "--work-dir",
         default="runs/drafter-smollm2",
@@ -59,7 +63,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out",
         default=None,
-        help="export directory (default: the shipped drafter's directory for the bundled model)",
+        help="export directory (default: the shipped drafter's directory for the bundled "
+        "model, inside the installed package: in a checkout that overwrites tracked files; "
+        "give a directory to keep the shipped drafter)",
     )
     p.add_argument(
         "--max-shard-mib",
@@ -213,7 +219,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=4.0,
         help="loss weight decay over block positions, exp(-(k-1)/gamma) (default: %(default)s)",
     )
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--seed", type=int, default=0, help="data order and initialisation (default: 0)"
+    )
     train.add_argument(
         "--eval-prompts",
         type=int,
