@@ -69,6 +69,20 @@ def test_the_fit_recovers_the_engines_step_costs(server):
     assert 0 <= section["prefill_ms_per_token"] < 0.5  # the fake engine does not prefill
 
 
+def test_the_command_prints_the_section_and_saves_the_figures(server, tmp_path, capsys):
+    from agentserve.autoscale.model import LatencyModel
+    from agentserve.cli import main
+
+    out = tmp_path / "fit.json"
+    argv = ["bench", "fit-latency", "--url", server, "--model", "m", "--concurrency", "1,2",
+            "--max-tokens", "8", "--rounds", "1", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    section = printed["models"][0]["latency_model"]
+    assert printed["models"][0]["name"] == "m" and section["base_ms"] > 0
+    assert LatencyModel.load(out).base_ms == section["base_ms"]  # --latency-model takes it
+
+
 def test_a_models_own_latency_model_reaches_the_policy_and_its_absence_is_logged(caplog):
     from agentserve.serve.app import deployment_options
 

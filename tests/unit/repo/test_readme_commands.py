@@ -51,6 +51,7 @@ RUN_BY = {
     "spec show": "tests/unit/agentserve/cli/test_cli_main.py",
     "spec validate": "tests/e2e/test_cli.py",
     "spec schema": "tests/e2e/test_cli.py",
+    "spec speculation-schedule": "tests/unit/agentserve/cli/test_cli_main.py",
     "train-drafter": "tests/integration/test_train_drafter_real.py",
     "bench speculative": "tests/unit/agentserve_bench/test_bench_speculative.py",
     "bench speculative-served": "tests/integration/test_bench_served_ray.py",
@@ -58,6 +59,7 @@ RUN_BY = {
     "bench sampling": "tests/unit/agentserve_bench/test_bench_sampling_check.py",
     "bench overhead": "tests/unit/agentserve_bench/test_bench_overhead.py",
     "bench autoscale": "tests/unit/agentserve_bench/test_bench_autoscale.py",
+    "bench fit-latency": "tests/unit/agentserve_bench/test_fit_latency.py",
 }
 
 
