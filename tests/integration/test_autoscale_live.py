@@ -21,42 +21,53 @@ from agentserve.spec import DeploymentSpec
 from agentserve_bench.fake_engine import FakeEngineFactory
 
 PORT = 8767
-SPEC = DeploymentSpec.model_validate(
-    {
-        "models": [
-            {
-                "name": "m",
-                "engine": "fake",
-                "max_model_len": 256,
-                "max_num_seqs": 4,
-                "replicas": {"min_replicas": 1, "max_replicas": 2, "num_cpus": 0.1},
-            }
-        ],
-        "autoscaling": {
-            "policy": "sla",
-            "interval_s": 1,
-            "upscale_delay_s": 2,
-            "downscale_delay_s": 6,
-            "look_back_period_s": 3,
-            "open_mode_sla": {"ttft_p95_ms": 2000, "tpot_p95_ms": 50},
-        },
-        "server": {"port": PORT},
+
+
+def live_spec(
+    *, max_num_seqs: int, max_replicas: int, downscale_delay_s: float, sla: dict
+) -> DeploymentSpec:
+    """One fake-engine model "m" (1 to `max_replicas` replicas) under the SLA policy,
+    deciding every second on a 3 s look-back, in open mode with objectives `sla`."""
+    replicas = {"min_replicas": 1, "max_replicas": max_replicas, "num_cpus": 0.1}
+    model = {"name": "m", "engine": "fake", "max_model_len": 256, "max_num_seqs": max_num_seqs}
+    autoscaling = {
+        "policy": "sla",
+        "interval_s": 1,
+        "upscale_delay_s": 2,
+        "downscale_delay_s": downscale_delay_s,
+        "look_back_period_s": 3,
+        "open_mode_sla": sla,
     }
-)
-ENGINE = FakeEngineFactory(token_delay_s=0.02, per_seq_delay_s=0.02, accept_per_step=1)
+    return DeploymentSpec.model_validate(
+        {"models": [model | {"replicas": replicas}], "autoscaling": autoscaling,
+         "server": {"port": PORT}}
+    )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def served():
+def serving(spec: DeploymentSpec, engine):
+    """A module fixture's body: a local Ray Serve running `spec` on `engine` as app
+    "agentserve"; yields `serve`, shuts everything down after."""
     ray = pytest.importorskip("ray")
     from ray import serve
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": PORT})
-    serve.run(build_app(SPEC, ENGINE), name="agentserve", route_prefix="/")
+    serve.run(build_app(spec, engine), name="agentserve", route_prefix="/")
     yield serve
     serve.shutdown()
     ray.shutdown()
+
+
+SPEC = live_spec(
+    max_num_seqs=4, max_replicas=2, downscale_delay_s=6,
+    sla={"ttft_p95_ms": 2000, "tpot_p95_ms": 50},
+)  # fmt: skip
+ENGINE = FakeEngineFactory(token_delay_s=0.02, per_seq_delay_s=0.02, accept_per_step=1)
+
+
+@pytest.fixture(scope="module")
+def served():
+    yield from serving(SPEC, ENGINE)
 
 
 def _running(serve) -> int:
