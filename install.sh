@@ -41,8 +41,9 @@ python=${PYTHON:-python3}
 py311() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
 if [ ! -x "$venv/bin/python" ]; then
   if ! py311 "$python"; then
-    echo "install.sh: agentserve needs Python 3.11 or newer; '$python' is" \
-      "$("$python" -V 2>&1 || echo 'not found'). Run with PYTHON=python3.11 (or newer)." >&2
+    found=$("$python" -V 2>/dev/null || echo "not found")
+    echo "install.sh: agentserve needs Python 3.11 or newer; '$python': $found." \
+      "Run with PYTHON=python3.11 (or newer)." >&2
     exit 2
   fi
   "$python" -m venv "$venv" || {
@@ -88,7 +89,9 @@ fi
 # `agentserve traces` finds at <venv>/phoenix/bin/phoenix.
 if [ "$traces" = 1 ]; then
   phoenix_venv="$venv/phoenix"
-  [ -x "$phoenix_venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$phoenix_venv"
+  # the interpreter .venv was made with (checked above), whatever PYTHON says now
+  base_python=$("$py" -c 'import sys; print(sys._base_executable)')
+  [ -x "$phoenix_venv/bin/python" ] || "$base_python" -m venv "$phoenix_venv"
   "$phoenix_venv/bin/python" -m pip --disable-pip-version-check install -q "arize-phoenix==20.26.1"
 fi
 

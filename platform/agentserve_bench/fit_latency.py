@@ -187,10 +187,11 @@ def run(args: argparse.Namespace) -> int:
         print("error: --concurrency needs two or more distinct levels, each >= 1", file=sys.stderr)
         return 2
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    url = args.url.rstrip("/").removesuffix("/v1")  # the OpenAI base URL works too
     try:
         figures = asyncio.run(
             measure(
-                args.url,
+                url,
                 args.model,
                 api_key=args.api_key,
                 concurrencies=args.concurrency,
@@ -206,6 +207,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: measuring {args.url} failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
     section = fit_latency(figures)
+    if section["base_ms"] <= 0:
+        print(
+            f"error: the fit gave a step time of {section['base_ms']:g} ms: the figures "
+            f"({figures['decode']}) do not grow with concurrency as a batch does; measure one "
+            "replica, with levels at most its max_num_seqs",
+            file=sys.stderr,
+        )
+        return 1
     if args.out is not None:
         args.out.write_text(json.dumps({"figures": figures, "latency_model": section}, indent=2))
     print(latency_section(args.model, section))

@@ -171,6 +171,9 @@ class LatencyModel:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown latency model fields {unknown}; known: {sorted(known)}")
+        wrong = sorted(k for k, v in data.items() if not isinstance(v, (int, float, type(None))))
+        if wrong:
+            raise ValueError(f"latency model fields {wrong} must be numbers")
         return cls(**data)
 
     @classmethod

@@ -128,11 +128,9 @@ def _from_spec(model: ModelSpec, drafting: bool) -> LatencyModel:
     """The LatencyModel of a model's own `latency_model` section."""
     own = model.latency_model
     assert own is not None
-    default = LatencyModel()
-    acceptance = measured_acceptance(model) or (
-        default.alpha_1,
-        default.alpha_drop_per_doubling,
-    )
+    # no measured acceptance: plan as if no draft were accepted (tau 1): the step costs were
+    # measured without drafting, and a guessed acceptance would make every TPOT optimistic
+    acceptance = measured_acceptance(model) or (0.0, 0.0)
     return LatencyModel(
         base_ms=own.base_ms,
         knee_tokens=own.knee_tokens,
@@ -175,9 +173,9 @@ def with_speculation_schedule(
 ) -> DeploymentSpec:
     """A validated copy of `spec` with the schedule set on each drafter-enabled model
     (only `model_name` when given; ModelNotInSpecError, a KeyError, when it is not served or
-    has no drafter). `latency_model` defaults to LatencyModel() (fitted on the bundled CPU
-    model)."""
-    latency_model = latency_model or LatencyModel()
+    has no drafter). `latency_model` defaults to each model's own (latency_model_for: its
+    `latency_model` section, the bundled model's measured one), else LatencyModel() (fitted
+    on the bundled CPU model)."""
     chosen = [m for m in spec.models if m.drafter.enabled and model_name in (None, m.name)]
     if model_name is not None and not chosen:
         raise ModelNotInSpecError(
@@ -187,7 +185,8 @@ def with_speculation_schedule(
     for i, model in enumerate(spec.models):
         if model in chosen:
             drafter = data["models"][i]["drafter"]
-            drafter["num_speculative_tokens_per_batch_size"] = schedule_for(model, latency_model)
+            own = latency_model or latency_model_for(model) or LatencyModel()
+            drafter["num_speculative_tokens_per_batch_size"] = schedule_for(model, own)
     return DeploymentSpec.model_validate(data)
 
 

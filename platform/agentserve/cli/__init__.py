@@ -101,9 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
         if isinstance(plugin, str):
             _unavailable(sub, name, plugin)
             continue
+        names, choices = dict(sub._name_parser_map), list(sub._choices_actions)
         try:
             plugin(sub)
         except Exception as err:  # a broken plugin must not take every command down
+            # undo what it registered before it failed, then stand in for it
+            sub._name_parser_map.clear()
+            sub._name_parser_map.update(names)
+            sub._choices_actions[:] = choices
             hint = PLUGIN_HINTS.get(name, "reinstall the package that provides it")
             _unavailable(sub, name, f"`agentserve {name}` failed to load ({err!r}): {hint}")
     for command in (model, spec):

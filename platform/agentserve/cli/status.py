@@ -297,7 +297,7 @@ def run_status(args: argparse.Namespace, console: Console | None = None) -> int:
         if not value.startswith(("http://", "https://")):
             console.error(f"{name} {value!r} is not an http:// or https:// URL")
             return 2
-    if args.watch < 0:
+    if not 0 <= args.watch < float("inf"):
         console.error("--watch takes a number of seconds >= 0 (0: report once)")
         return 2
     try:

@@ -108,11 +108,11 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
     try:
         # what fails fast, first: the ports and the trace UI, before the default
         # speculation converts and times the model on a CPU without served figures
-        server = load_spec(args.spec).server if args.spec else DeploymentSpec().server
-        host = args.host if args.host is not None else server.host
-        check_port_free(host, args.port if args.port is not None else server.port)
+        plain = load_spec(args.spec) if args.spec else DeploymentSpec()
+        server = with_overrides(plain, args.host, args.port, args.trusted_host).server
+        check_port_free(server.host, server.port)
         if server.metrics_port is not None:
-            check_port_free(host, server.metrics_port)
+            check_port_free(server.host, server.metrics_port)
         if getattr(args, "traces", False):
             phoenix_executable()  # fail now, not after the weights are prepared
         spec, notes = load_up_spec(args, console)

@@ -220,7 +220,7 @@ class Ingress:
         what it published on the held-requests board."""
         board = self.asgi.state.ingress.dispatch_stage.board if self.asgi is not None else None
         if board is not None:
-            await asyncio.to_thread(board.close)
+            await board.aclose()
         tracer = getattr(self, "_tracer", None)
         if tracer is not None:
             await asyncio.to_thread(close_tracer, tracer)

@@ -60,6 +60,7 @@ def fan_out(request: EngineRequest, open_stream: OpenStream) -> AsyncIterator[De
 
 async def _merged(streams: Sequence[AsyncIterator[Delta]]) -> AsyncIterator[Delta]:
     tokens = [0] * len(streams)  # each choice's completion tokens so far
+    finished: dict[int, int] = {}  # choice -> the cached prompt tokens its finish reported
     prompt = 0
     running: dict[asyncio.Future, int] = {}
 
@@ -67,9 +68,11 @@ async def _merged(streams: Sequence[AsyncIterator[Delta]]) -> AsyncIterator[Delt
         nonlocal prompt
         tokens[i] = max(tokens[i], delta.completion_tokens)
         prompt = max(prompt, delta.prompt_tokens)
-        # the prompt's cached tokens as choice 0 saw them: the later choices find the
-        # blocks it just cached, which the request's usage must not count as cached
-        cached = delta.cached_tokens if i == 0 else 0
+        # the prompt's cached tokens: the fewest any choice found (the others find blocks
+        # a sibling just prefilled, which the request's usage must not count as cached)
+        if delta.finish_reason is not None:
+            finished[i] = delta.cached_tokens
+        cached = min(finished.values()) if len(finished) == len(streams) else 0
         return dataclasses.replace(
             delta,
             index=i,

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ PUBLISH_S = 1.0
 STALE_S = 5.0
 SKEW_S = 2.0
 FORGET_S = 300.0
+READ_BUDGET_S = 1.0  # a reader stops listing publications after this long (a slow store)
 HELD_SCOPE = "requests"  # the board's keys: <scope>/<model>/<ingress id>
 
 
@@ -137,10 +139,15 @@ def read_held(
     store: HeldStore, scope: str, model: str, now: float | None = None
 ) -> HeldReport | None:
     """The fresh publications for `model`, merged (None: none fresh); publications older
-    than FORGET_S are deleted. Synchronous (the store is)."""
+    than FORGET_S are deleted. Synchronous (the store is): one call per ingress, and no
+    more after READ_BUDGET_S (the policy decides on what it read by then)."""
     now = time.time() if now is None else now
+    started = time.monotonic()
     fresh: list[HeldReport] = []
     for key in store.keys(_prefix(scope, model)):
+        if time.monotonic() - started > READ_BUDGET_S:
+            log.warning("reading held-requests publications took over %g s", READ_BUDGET_S)
+            break
         raw = store.get(key)
         if raw is None:
             continue
@@ -184,6 +191,8 @@ class HeldBoard:
         self._written: set[str] = set()  # keys this board wrote (deleted by close)
         self._dirty = False  # a request started waiting since the last report
         self._task: asyncio.Task[None] | None = None
+        self._lock = threading.Lock()  # a write in its thread vs close
+        self._closed = False
 
     def wake(self) -> None:
         """Publish soon (off an event loop: only marked; the next publish picks it up)."""
@@ -217,6 +226,10 @@ class HeldBoard:
         return self._write(self.reports())
 
     def _write(self, reports: Mapping[str, HeldReport]) -> bool:
+        with self._lock:  # close() waits for a write in flight, and none follows it
+            return False if self._closed else self._write_open(reports)
+
+    def _write_open(self, reports: Mapping[str, HeldReport]) -> bool:
         busy = False
         for model, report in reports.items():
             busy = busy or report.held > 0
@@ -242,11 +255,18 @@ class HeldBoard:
                 return
             await asyncio.sleep(self.publish_s)
 
-    def close(self) -> None:
-        """Delete this ingress's publications (best effort; readers also age them out)."""
+    async def aclose(self) -> None:
+        """Stop publishing and delete this ingress's publications (on its event loop)."""
         if self._task is not None:
             self._task.cancel()
-        for key in list(self._written):
-            with contextlib.suppress(Exception):
-                self.store.delete(key)
-        self._written.clear()
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
+        """Delete this ingress's publications and write none after (best effort: readers
+        also age them out). Blocks while a write is in flight."""
+        with self._lock:
+            self._closed = True
+            for key in list(self._written):
+                with contextlib.suppress(Exception):
+                    self.store.delete(key)
+            self._written.clear()

@@ -35,7 +35,8 @@ class LatencyModelSpec(_Spec):
         ge=0,
         le=0.99,
         description="Speculation: per-token acceptance at batch 1; null = the drafter "
-        "method's measured one (the bundled model's), else 0.7.",
+        "method's measured one for the bundled model, else none assumed (planned as if no "
+        "draft were accepted, and the drafter keeps its fixed num_speculative_tokens).",
     )
     alpha_drop_per_doubling: float | None = Field(
         None, ge=0, le=1, description="How much acceptance falls per doubling of the batch."

@@ -14,7 +14,8 @@ class TracingSpec(_Spec):
     enabled: bool | None = Field(
         None,
         description="Export traces: null = whenever an endpoint is set (otlp_endpoint, or "
-        "OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT); false = never, even with one.",
+        "OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT); false = ignore otlp_endpoint (the OTEL_* "
+        "variables still export; OTEL_SDK_DISABLED=true turns all of it off).",
     )
     otlp_endpoint: str | None = Field(None, description="OTLP URL, e.g. http://otel:4318.")
     sample_ratio: float = Field(1.0, ge=0, le=1, description="Fraction of traces sampled.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from agentserve.autoscale.model import LatencyModel, speculation_schedule
-from agentserve.autoscale.spec_schedule import with_speculation_schedule
+from agentserve.autoscale.spec_schedule import latency_model_for, with_speculation_schedule
 from agentserve.cli import main
 from agentserve.engine.vllm_args import speculative_config
 from agentserve.spec import DeploymentSpec, load_spec
@@ -21,11 +21,13 @@ SPEC = DeploymentSpec.model_validate(
 
 
 def test_schedule_is_set_on_drafter_models_only():
+    """Without --latency-model each model's own (what a deployment of it would use)."""
     out = with_speculation_schedule(SPEC)
     a, b = out.models
-    expected = speculation_schedule(LatencyModel(), 8, 7)
+    expected = speculation_schedule(latency_model_for(SPEC.models[0]) or LatencyModel(), 8, 7)
     assert a.drafter.num_speculative_tokens_per_batch_size == [list(r) for r in expected]
-    assert expected == [(1, 1, 4), (2, 2, 3), (3, 4, 2), (5, 8, 1)]  # docs/autoscaling.md
+    docs = speculation_schedule(LatencyModel(), 8, 7)
+    assert docs == [(1, 1, 4), (2, 2, 3), (3, 4, 2), (5, 8, 1)]  # docs/autoscaling.md
     assert b.drafter.num_speculative_tokens_per_batch_size is None
     assert SPEC.models[0].drafter.num_speculative_tokens_per_batch_size is None  # a copy
 

@@ -58,7 +58,11 @@ def test_a_plugin_that_fails_to_load_leaves_the_other_commands(monkeypatch, caps
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(["status", "--url", "notaurl"], "not an http"), (["status", "--watch", "-1"], "--watch")],
+    [
+        (["status", "--url", "notaurl"], "not an http"),
+        (["status", "--watch", "-1"], "--watch"),
+        (["status", "--watch", "inf"], "--watch"),
+    ],
 )
 def test_status_refuses_a_url_that_is_not_one_and_a_negative_watch(argv, message, capsys):
     assert main(argv) == 2
@@ -82,3 +86,29 @@ def test_up_reports_a_busy_port_before_it_prepares_the_default_speculation(monke
         port = busy.getsockname()[1]
         assert main(["up", "--port", str(port)]) == 2
     assert str(port) in capsys.readouterr().err
+
+
+def test_up_refuses_a_port_out_of_range_before_anything_else(capsys):
+    assert main(["up", "--port", "70000"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_plugin_that_fails_halfway_through_registering_is_undone(monkeypatch, capsys):
+    """Review: `bench` registered itself, then a benchmark's parser raised: the stand-in
+    for it must not collide with the half-registered one."""
+    import agentserve_bench.fit_latency as fit_latency
+
+    def broken(kinds):
+        raise NameError("name 'fit_latency' is not defined")
+
+    monkeypatch.setattr(fit_latency, "add_parser", broken)
+    assert main(["spec", "validate"]) == 0
+    assert main(["bench", "speculative"]) == 2
+    assert "failed to load" in capsys.readouterr().err
+
+
+def test_a_latency_model_with_a_field_that_is_not_a_number_is_refused(tmp_path, capsys):
+    path = tmp_path / "lm.json"
+    path.write_text('{"base_ms": "x"}')
+    assert main(["spec", "speculation-schedule", "--latency-model", str(path)]) == 2
+    assert "must be numbers" in capsys.readouterr().err

@@ -166,3 +166,19 @@ def test_a_failing_store_fails_no_request():
         return await asyncio.gather(*calls)
 
     assert [c.status for c in asyncio.run(run())] == [200] * 4
+
+
+def test_nothing_is_published_after_close_even_from_a_write_in_flight():
+    """Review: close() deleted the keys while a write ran in its thread, which then put a
+    fresh publication back for the policy to count after the ingress stopped."""
+    store = DictStore(slow_s=0.3)
+
+    async def run():
+        board = HeldBoard(store, "s", "i", lambda: {"m": [("chat", 0.0, 1)]}, {"m"})
+        board.wake()
+        await asyncio.sleep(0.1)  # the first write is in flight
+        await board.aclose()
+        await asyncio.sleep(0.5)
+
+    asyncio.run(run())
+    assert store.data == {}
