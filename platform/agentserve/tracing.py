@@ -8,6 +8,7 @@ short timeout, so a slow or broken collector drops spans and never fails a reque
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -220,6 +221,12 @@ def _otlp_exporter(export: TraceExport):
 
 def make_tracer(spec: TracingSpec, env: Mapping[str, str], component: str, exporter=None) -> Tracer:
     """A tracer for one server component ("ingress", "replica"); no-op when tracing is off."""
+    if spec.enabled is False and spec.otlp_endpoint:
+        logging.getLogger(__name__).warning(
+            "tracing.enabled is false: tracing.otlp_endpoint %s is not used (remove enabled, "
+            "or set it true, to export there)",
+            spec.otlp_endpoint,
+        )
     export = trace_export(spec, env)
     if export is None and exporter is None:
         return trace.NoOpTracer()

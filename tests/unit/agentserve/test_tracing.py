@@ -336,3 +336,13 @@ def test_the_specs_endpoint_survives_the_defaults_up_and_the_operator_apply():
     tracing = {"enabled": False, "otlp_endpoint": "http://c:4318"}
     off = DeploymentSpec.model_validate({"tracing": tracing})
     assert t.trace_export(DeploymentSpec.model_validate(off.model_dump()).tracing, {}) is None
+
+
+def test_an_endpoint_silenced_by_enabled_false_is_said(caplog):
+    import logging
+
+    spec = TracingSpec(enabled=False, otlp_endpoint="http://c:4318")
+    with caplog.at_level(logging.WARNING, logger="agentserve.tracing"):
+        tracer = t.make_tracer(spec, {}, "ingress")
+    assert "not used" in caplog.text and "http://c:4318" in caplog.text
+    assert not tracer.start_span("x").is_recording()
