@@ -121,10 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
-        # no command (`agentserve`), or a command group without its action (`agentserve
-        # model`): the help of what was typed, and a usage error for scripts
         group = getattr(args, "group_parser", None)
-        (group or parser).print_help(sys.stderr)
+        if group is None:  # `agentserve` alone: what it can do
+            parser.print_help()
+            return 0
+        group.print_help(sys.stderr)  # `agentserve model` without its action: a usage error
         return 2
     try:
         return handler(args)
