@@ -346,9 +346,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--api-key",
         default=os.environ.get("AGENTSERVE_API_KEY"),
-        help="sent as a Bearer token, for a gateway in front of the server that requires one "
-        "(the server's own /health, /status and /metrics do not; default: "
-        "$AGENTSERVE_API_KEY)",
+        help="sent as a Bearer token: a remote server's /health names its models only to a "
+        "valid key (loopback and the metrics port need none), and a gateway in front of the "
+        "server may require one (default: $AGENTSERVE_API_KEY)",
     )
     p.add_argument(
         "--watch",

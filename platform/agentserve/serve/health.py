@@ -47,10 +47,6 @@ class HealthCache:
         self._answer: tuple[float, int, dict[str, Any]] | None = None
         self._pending: asyncio.Future | None = None
 
-    async def response(self) -> JSONResponse:
-        status, body = await self.answer()
-        return JSONResponse(body, status_code=status)
-
     async def answer(self) -> tuple[int, dict[str, Any]]:
         """The cached answer while fresh; else the one check in flight, or a new one."""
         now = self.clock()

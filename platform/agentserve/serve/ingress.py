@@ -35,7 +35,9 @@ from opentelemetry.trace import NoOpTracer, Tracer
 
 from agentserve.api.auth import TenantResolver
 from agentserve.api.body import read_body
+from agentserve.api.errors import AuthenticationError
 from agentserve.api.responses import ResponsesRequest
+from agentserve.serve.admin import is_loopback_client
 from agentserve.serve.edge import edge_app
 from agentserve.serve.health import HealthCache
 from agentserve.serve.held_board import HeldStore
@@ -140,8 +142,27 @@ class _Ingress:
         ]
         return ModelList(data=cards).model_dump(mode="json", exclude_none=True)
 
-    async def health(self) -> JSONResponse:
-        return await self.health_cache.response()  # serve/health.py: 1 s, one in flight
+    async def health(self, request: Request) -> JSONResponse:
+        """{"status", "models": {name: state}}, cached (serve/health.py: 1 s, one in flight).
+        The model names only for a caller that may list the models (a valid key, or no keys
+        configured), on loopback or on the admin port: probes need the status code alone."""
+        status, body = await self.health_cache.answer()
+        if not self._may_see_models(request):
+            body = {"status": body["status"]}
+        return JSONResponse(body, status_code=status)
+
+    def _may_see_models(self, request: Request) -> bool:
+        metrics_port = self.spec.server.metrics_port
+        server = request.scope.get("server") or (None, None)
+        if metrics_port is not None and server[1] == metrics_port:
+            return True
+        if is_loopback_client(request.scope.get("client")):
+            return True
+        try:
+            self.tenants.resolve(request.headers.get("authorization"))
+        except AuthenticationError:
+            return False
+        return True
 
     async def metrics_text(self) -> Response:
         for name, backend in self.backends.items():
@@ -210,8 +231,8 @@ def create_app(
         return app.openapi()
 
     @app.get("/health")
-    async def health() -> Response:
-        return await ingress.health()
+    async def health(request: Request) -> Response:
+        return await ingress.health(request)
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -17,7 +17,7 @@ from agentserve.serve.admin import AdminGate, is_loopback_client
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.serve.status import add_status_route
-from agentserve.spec import DeploymentSpec
+from agentserve.spec import DeploymentSpec, hash_api_key
 from agentserve_bench.fake_engine import FakeEngine
 from fastapi.testclient import TestClient
 
@@ -34,9 +34,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _app(status_route=True, **server):
+def _app(status_route=True, tenants=(), **server):
     spec = DeploymentSpec.model_validate(
-        {"models": [{"name": "m", "engine": "fake", "max_model_len": 64}], "server": server}
+        {
+            "models": [{"name": "m", "engine": "fake", "max_model_len": 64}],
+            "server": server,
+            "tenants": list(tenants),
+        }
     )
     engine = FakeEngine("m", 64)
     asyncio.run(engine.start())
@@ -96,6 +100,28 @@ def test_remote_clients_get_404_for_admin_paths_on_the_api_port():
     assert remote.get("/health").status_code == 200
     local = TestClient(app, base_url=LOCAL, client=("127.0.0.1", 4000))
     assert "agentserve_requests_in_flight" in local.get("/metrics").text
+
+
+def test_health_names_the_models_only_to_callers_who_may_list_them():
+    tenants = [{"name": "a", "api_key_sha256": hash_api_key("sk-a"), "sla": {}}]
+    port = _free_port()
+    app = _app(tenants=tenants, metrics_port=port)
+    remote = TestClient(app, base_url=LOCAL, client=("198.51.100.7", 4000))
+    r = remote.get("/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}, "a probe needs no names"
+    r = remote.get("/health", headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    r = remote.get("/health", headers={"Authorization": "Bearer sk-a"})
+    assert r.json() == {"status": "ok", "models": {"m": "ok"}}
+    assert remote.get("/v1/models").status_code == 401  # the same rule as listing them
+    local = TestClient(app, base_url=LOCAL, client=("127.0.0.1", 4000))
+    assert local.get("/health").json()["models"] == {"m": "ok"}  # `agentserve status`
+    with TestClient(app, base_url=LOCAL, client=("127.0.0.1", 4000)):  # admin listener up
+        admin_health = httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False)
+        assert admin_health.json()["models"] == {"m": "ok"}  # the operator's port
+    open_app = _app()  # no keys: anyone may list the models
+    r = TestClient(open_app, base_url=LOCAL, client=("198.51.100.7", 4000)).get("/health")
+    assert r.json() == {"status": "ok", "models": {"m": "ok"}}
 
 
 def test_metrics_port_serves_admin_paths_and_the_api_port_never_does():
