@@ -11,11 +11,19 @@ Mapping (Agents SDK span data -> OTel span):
 Parents follow the Agents SDK's parent ids, so sub-agents, tools and model calls form one
 tree; `current_otel_span` gives transport.py the span of the model call in flight.
 Errors on an Agents span set the OTel status to ERROR with the message (the run goes on).
+
+`gen_ai.tool.call.id`: the SDK puts no call id on its function spans, but the model call
+before them records the tool calls it returned (when the run records data: the SDK's
+`trace_include_sensitive_data`, on by default). Their ids are queued per parent span and
+tool name, and each `execute_tool` span started under that parent takes the next one, in
+the order the SDK runs the calls (the order the model returned them). Without recorded
+output the attribute is left out, not guessed.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import Any
 
 from agents.tracing import TracingProcessor, get_current_span
@@ -45,6 +53,8 @@ class GenAITraceProcessor(TracingProcessor):
         self._lock = threading.Lock()
         self._spans: dict[str, Span] = {}  # Agents trace/span id -> OTel span
         self._conversation: dict[str, str] = {}  # Agents trace id -> group id
+        # OTel parent span -> tool name -> call ids the last model call there returned
+        self._calls: dict[Span, dict[str, deque[str]]] = {}
 
     # -- traces ----------------------------------------------------------------------------------
     def on_trace_start(self, trace_: Any) -> None:
@@ -76,6 +86,10 @@ class GenAITraceProcessor(TracingProcessor):
                     self._spans[span.span_id] = parent
             return
         name, kind, attributes = self._describe_start(data)
+        if data.type == "function" and parent is not None:
+            call_id = self._next_call_id(parent, data.name)
+            if call_id:
+                attributes[t.TOOL_CALL_ID] = call_id
         conversation = self._conversation.get(span.trace_id) or current_conversation_id()
         if conversation:
             attributes[t.CONVERSATION_ID] = conversation
@@ -88,8 +102,12 @@ class GenAITraceProcessor(TracingProcessor):
         data = span.span_data
         with self._lock:
             otel = self._spans.pop(span.span_id, None)
+            if data.type not in _FOLDED:  # a folded span's entry is its parent's span
+                self._calls.pop(otel, None)  # calls not run by the end never will be
         if otel is None or data.type in _FOLDED:
             return
+        if data.type in _CHAT:
+            self._queue_calls(span, data)
         _record_end(otel, data, self.capture_content)
         error = span.error
         if error:
@@ -115,6 +133,23 @@ class GenAITraceProcessor(TracingProcessor):
             return None
         with self._lock:
             return self._spans.get(current.span_id)
+
+    def _queue_calls(self, span: Any, data: Any) -> None:
+        """Queue the tool calls a model call returned for the tool spans that follow it."""
+        calls = _tool_calls(data)
+        parent = self._parent(span)
+        if parent is None or not calls:
+            return
+        queued: dict[str, deque[str]] = {}
+        for name, call_id in calls:
+            queued.setdefault(name, deque()).append(call_id)
+        with self._lock:
+            self._calls[parent] = queued  # a new model call replaces what is left
+
+    def _next_call_id(self, parent: Span, tool: str) -> str | None:
+        with self._lock:
+            queued = self._calls.get(parent, {}).get(tool)
+            return queued.popleft() if queued else None
 
     def _parent(self, span: Any) -> Span | None:
         with self._lock:
@@ -177,6 +212,25 @@ def _record_end(otel: Span, data: Any, capture_content: bool = False) -> None:
             otel.set_attribute(t.OUTPUT_TOKENS, int(getattr(usage, "output_tokens", 0) or 0))
     elif data.type == "function" and data.output is not None and capture_content:
         otel.set_attribute("gen_ai.tool.call.result", str(data.output)[:2000])
+
+
+def _tool_calls(data: Any) -> list[tuple[str, str]]:
+    """(tool name, call id) of the tool calls a model call's recorded output holds: Chat
+    Completions messages (generation spans) or Responses output items (response spans)."""
+    found: list[tuple[str, str]] = []
+    if data.type == "generation":
+        for message in data.output or []:
+            if not isinstance(message, dict):
+                continue
+            for call in message.get("tool_calls") or []:
+                function = (call.get("function") if isinstance(call, dict) else None) or {}
+                if function.get("name") and call.get("id"):
+                    found.append((str(function["name"]), str(call["id"])))
+    else:
+        for item in getattr(getattr(data, "response", None), "output", None) or []:
+            if getattr(item, "type", None) == "function_call" and getattr(item, "call_id", None):
+                found.append((str(item.name), str(item.call_id)))
+    return found
 
 
 def _has_tool_calls(output: Any) -> bool:

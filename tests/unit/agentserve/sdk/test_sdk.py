@@ -143,6 +143,34 @@ def test_multi_agent_run_is_one_trace_from_workflow_to_decode(platform):
     assert {r.headers.get("x-session-id") for r in platform.engine.requests} == {"conv-42"}
     tree = conn.trace_tree()
     assert tree.splitlines()[0].startswith("task") and "execute_tool calculator" in tree
+    # each tool span carries the id of the call it ran: the coordinator's two calls, as
+    # its run recorded them, and each sub-agent's own call
+    called = {
+        item.raw_item.name: item.raw_item.call_id
+        for item in result.new_items
+        if item.type == "tool_call_item"
+    }
+    assert set(called) == {"research", "code"} and len(set(called.values())) == 2
+    for name, call_id in called.items():
+        tool = next(s for s in client_spans if s.name == f"execute_tool {name}")
+        assert tool.attributes[t.TOOL_CALL_ID] == call_id
+    assert calc.attributes[t.TOOL_CALL_ID].startswith("call_")
+
+
+def test_tool_call_ids_are_left_out_when_the_run_records_no_data(platform):
+    from agents import Agent, ModelSettings, RunConfig, Runner, function_tool
+
+    @function_tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    conn = platform.connect()
+    agent = Agent(name="a", tools=[echo], model_settings=ModelSettings(tool_choice="required"))
+    config = RunConfig(trace_include_sensitive_data=False)
+    asyncio.run(Runner.run(agent, "hi", max_turns=3, run_config=config))
+    tool = next(s for s in conn.recorder.spans() if s.name == "execute_tool echo")
+    assert t.TOOL_CALL_ID not in tool.attributes  # not guessed
 
 
 def test_conversation_context_sets_the_session_header(platform):
