@@ -86,7 +86,7 @@ def test_02_multi_agent_one_trace_in_phoenix(platform):
     assert "execute_tool calculator" in out and "invoke_agent coder" in out  # printed tree
     trace_id = re.search(r"trace id: ([0-9a-f]{32})", out).group(1)
     want = {
-        "multi-agent task",
+        "invoke_workflow multi-agent task",
         "invoke_agent coordinator",
         "execute_tool research",
         "execute_tool code",
@@ -108,7 +108,7 @@ def test_02_multi_agent_one_trace_in_phoenix(platform):
         "invoke_agent researcher",
         "execute_tool research",
         "invoke_agent coordinator",
-        "multi-agent task",
+        "invoke_workflow multi-agent task",
     ]
     # Waits for the whole chain: the replica's spans may reach Phoenix before the
     # ingress's and the agent's batches that hold their parents.
@@ -144,7 +144,7 @@ def test_02_multi_agent_one_trace_in_phoenix(platform):
 
 
 AGENT_TO_REPLICA = (  # the chain the issue asks to see, as a path from the root
-    "multi-agent task",
+    "invoke_workflow multi-agent task",
     "invoke_agent coordinator",
     "execute_tool research",
     "invoke_agent researcher",

@@ -1,7 +1,7 @@
 """OpenAI Agents SDK traces -> OTel GenAI spans (a TracingProcessor).
 
 Mapping (Agents SDK span data -> OTel span):
-  trace (workflow)         -> `{workflow name}` root, gen_ai.conversation.id = group_id
+  trace (workflow)         -> `invoke_workflow {name}` root, gen_ai.conversation.id = group_id
   AgentSpanData            -> `invoke_agent {name}`
   FunctionSpanData         -> `execute_tool {name}` (an agent used as a tool nests its run)
   GenerationSpanData /
@@ -58,12 +58,16 @@ class GenAITraceProcessor(TracingProcessor):
 
     # -- traces ----------------------------------------------------------------------------------
     def on_trace_start(self, trace_: Any) -> None:
-        attributes = {t.PROVIDER: t.PROVIDER_NAME}
+        attributes = {
+            t.OPERATION: "invoke_workflow",
+            t.WORKFLOW_NAME: trace_.name,
+            t.PROVIDER: t.PROVIDER_NAME,
+        }
         group = getattr(trace_, "group_id", None)
         if group:
             attributes[t.CONVERSATION_ID] = group
         # no explicit parent: under a user's current OTel span if there is one, else a root
-        span = self.tracer.start_span(trace_.name, attributes=attributes)
+        span = self.tracer.start_span(f"invoke_workflow {trace_.name}", attributes=attributes)
         with self._lock:
             self._spans[trace_.trace_id] = span
             if group:
@@ -108,11 +112,11 @@ class GenAITraceProcessor(TracingProcessor):
             return
         if data.type in _CHAT:
             self._queue_calls(span, data)
-        _record_end(otel, data, self.capture_content)
         error = span.error
+        _record_end(otel, data, self.capture_content and not error)
         if error:
             otel.set_status(Status(StatusCode.ERROR, str(error.get("message", "error"))))
-            otel.set_attribute("error.type", f"{data.type}_error")  # a class, not the text
+            otel.set_attribute(t.ERROR_TYPE, f"{data.type}_error")  # a class, not the text
         otel.end()
 
     def shutdown(self) -> None:
@@ -168,12 +172,14 @@ class GenAITraceProcessor(TracingProcessor):
             }
             return f"invoke_agent {data.name}", SpanKind.INTERNAL, attrs
         if kind == "function":
-            attrs = {t.OPERATION: "execute_tool", t.TOOL_NAME: data.name}
+            attrs = {t.OPERATION: "execute_tool", t.TOOL_NAME: data.name, t.TOOL_TYPE: "function"}
             return f"execute_tool {data.name}", SpanKind.INTERNAL, attrs
         if kind in _CHAT:
-            model = _model_of(data) or self.default_model or "unknown"
-            attrs = {t.OPERATION: "chat", t.REQUEST_MODEL: model, t.PROVIDER: t.PROVIDER_NAME}
-            return f"chat {model}", SpanKind.CLIENT, attrs
+            model = _model_of(data) or self.default_model
+            attrs = {t.OPERATION: "chat", t.PROVIDER: t.PROVIDER_NAME}
+            if not model:  # conditionally required "if available": left out, not made up
+                return "chat", SpanKind.CLIENT, attrs
+            return f"chat {model}", SpanKind.CLIENT, {**attrs, t.REQUEST_MODEL: model}
         if kind == "handoff":
             attrs = {"agentserve.handoff.from": data.from_agent or ""}
             return f"handoff {data.to_agent}", SpanKind.INTERNAL, attrs
@@ -206,6 +212,9 @@ def _record_end(otel: Span, data: Any, capture_content: bool = False) -> None:
         if t.FINISH_REASONS not in recorded and _has_tool_calls(data.output):
             otel.set_attribute(t.FINISH_REASONS, ["tool_calls"])  # what the output shows
     elif data.type == "response" and getattr(data, "response", None) is not None:
+        for key, value in ((t.RESPONSE_ID, "id"), (t.RESPONSE_MODEL, "model")):
+            if getattr(data.response, value, None):
+                otel.set_attribute(key, str(getattr(data.response, value)))
         usage = getattr(data.response, "usage", None)
         if usage is not None:
             otel.set_attribute(t.INPUT_TOKENS, int(getattr(usage, "input_tokens", 0) or 0))
@@ -215,23 +224,37 @@ def _record_end(otel: Span, data: Any, capture_content: bool = False) -> None:
 
 
 def _tool_calls(data: Any) -> list[tuple[str, str]]:
-    """(tool name, call id) of the tool calls a model call's recorded output holds: Chat
-    Completions messages (generation spans) or Responses output items (response spans)."""
-    found: list[tuple[str, str]] = []
+    """(tool name, call id) of the tool calls a model call's recorded output holds."""
     if data.type == "generation":
-        for message in data.output or []:
-            if not isinstance(message, dict):
-                continue
-            for call in message.get("tool_calls") or []:
-                function = (call.get("function") if isinstance(call, dict) else None) or {}
-                if function.get("name") and call.get("id"):
-                    found.append((str(function["name"]), str(call["id"])))
-    else:
-        for item in getattr(getattr(data, "response", None), "output", None) or []:
-            if getattr(item, "type", None) == "function_call" and getattr(item, "call_id", None):
-                found.append((str(item.name), str(item.call_id)))
+        return _generation_calls(data.output)
+    return _response_calls(getattr(getattr(data, "response", None), "output", None))
+
+
+def _generation_calls(output: Any) -> list[tuple[str, str]]:
+    """The same from a generation span's output: Chat Completions messages, or the
+    Responses-shaped dump a streamed run records there instead."""
+    found: list[tuple[str, str]] = []
+    for message in output or []:
+        if not isinstance(message, dict):
+            continue
+        for call in message.get("tool_calls") or []:
+            function = (call.get("function") if isinstance(call, dict) else None) or {}
+            if function.get("name") and call.get("id"):
+                found.append((str(function["name"]), str(call["id"])))
+        found.extend(_response_calls(message.get("output")))
+    return found
+
+
+def _response_calls(items: Any) -> list[tuple[str, str]]:
+    """(name, call id) of the `function_call` items of a Responses output (objects or
+    their dicts)."""
+    found = []
+    for item in items or []:
+        get = item.get if isinstance(item, dict) else lambda key, i=item: getattr(i, key, None)
+        if get("type") == "function_call" and get("call_id") and get("name"):
+            found.append((str(get("name")), str(get("call_id"))))
     return found
 
 
 def _has_tool_calls(output: Any) -> bool:
-    return any(isinstance(m, dict) and m.get("tool_calls") for m in output or [])
+    return bool(_generation_calls(output))

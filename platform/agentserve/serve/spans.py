@@ -104,6 +104,7 @@ def end_ingress(
             span.set_attribute(t.FINISH_REASONS, [finish_reason])
         if status >= 500:
             span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+            span.set_attribute(t.ERROR_TYPE, str(status))  # GenAI: required on an error
     span.end()
 
 
@@ -164,6 +165,7 @@ async def traced_stream(
         if replica.is_recording():
             replica.record_exception(err)
             replica.set_status(Status(StatusCode.ERROR, type(err).__name__))
+            replica.set_attribute(t.ERROR_TYPE, type(err).__qualname__)
         raise
     finally:
         await aclose_stream(stream)

@@ -5,6 +5,7 @@ broken or hanging collector never failing or slowing a request."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -170,6 +171,7 @@ def test_rejected_request_ends_ingress_span_with_its_status_but_no_error():
     (span,) = exporter.get_finished_spans()
     assert span.name == "ingress" and span.status.status_code == trace.StatusCode.UNSET
     assert span.attributes["http.response.status_code"] == 401
+    assert t.ERROR_TYPE not in span.attributes
 
 
 def test_ingress_span_is_an_error_for_a_5xx_and_a_client_leaving_is_not():
@@ -193,9 +195,30 @@ def test_ingress_span_is_an_error_for_a_5xx_and_a_client_leaving_is_not():
     asyncio.run(leave_after_one_delta())
     spans = _by_name(exporter)
     assert spans["ingress"].status.status_code == trace.StatusCode.ERROR
+    assert spans["ingress"].attributes[t.ERROR_TYPE] == "503"  # GenAI: required on errors
     replica = spans["replica"]
     assert replica.status.status_code == trace.StatusCode.UNSET
     assert replica.attributes[t.CANCELLED] is True
+    assert t.ERROR_TYPE not in replica.attributes
+
+    async def engine_fails():
+        from agentserve.engine.protocol import EngineRequest
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        async def broken():
+            raise ConnectionResetError("engine core died")
+            yield  # an async generator
+
+        request = EngineRequest("req-2", "chat", ChatCompletionRequest(model="m", messages=MSG))
+        with contextlib.suppress(ConnectionResetError):
+            async for _ in traced_stream(tracer, request, broken(), model="m"):
+                pass
+
+    exporter.clear()
+    asyncio.run(engine_fails())
+    failed = _by_name(exporter)["replica"]
+    assert failed.status.status_code == trace.StatusCode.ERROR
+    assert failed.attributes[t.ERROR_TYPE] == "ConnectionResetError"
 
 
 def test_untraced_ingress_passes_the_callers_headers_on():

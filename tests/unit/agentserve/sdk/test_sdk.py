@@ -101,7 +101,7 @@ def test_multi_agent_run_is_one_trace_from_workflow_to_decode(platform):
     client_spans = conn.recorder.spans()
     server_spans = platform.spans.get_finished_spans()
     assert {
-        "task",
+        "invoke_workflow task",
         "invoke_agent coordinator",
         "execute_tool research",
         "execute_tool code",
@@ -142,7 +142,11 @@ def test_multi_agent_run_is_one_trace_from_workflow_to_decode(platform):
     assert agent.attributes[t.AGENT_NAME] == "coordinator"
     assert {r.headers.get("x-session-id") for r in platform.engine.requests} == {"conv-42"}
     tree = conn.trace_tree()
-    assert tree.splitlines()[0].startswith("task") and "execute_tool calculator" in tree
+    assert tree.splitlines()[0].startswith("invoke_workflow task")
+    assert "execute_tool calculator" in tree
+    root = next(s for s in client_spans if s.name == "invoke_workflow task")
+    assert root.attributes[t.OPERATION] == "invoke_workflow"
+    assert root.attributes[t.WORKFLOW_NAME] == "task"
     # each tool span carries the id of the call it ran: the coordinator's two calls, as
     # its run recorded them, and each sub-agent's own call
     called = {
@@ -154,6 +158,7 @@ def test_multi_agent_run_is_one_trace_from_workflow_to_decode(platform):
     for name, call_id in called.items():
         tool = next(s for s in client_spans if s.name == f"execute_tool {name}")
         assert tool.attributes[t.TOOL_CALL_ID] == call_id
+        assert tool.attributes[t.TOOL_TYPE] == "function"
     assert calc.attributes[t.TOOL_CALL_ID].startswith("call_")
 
 
@@ -301,3 +306,42 @@ def test_streamed_run_is_traced_the_same_way(platform):
     ingress = next(s for s in platform.spans.get_finished_spans() if s.name == "ingress")
     assert ingress.attributes[t.FINISH_REASONS] == ("stop",)
     assert ingress.parent.span_id == chat.context.span_id
+
+
+def test_a_streamed_run_gives_tool_spans_their_call_ids(platform):
+    """A streamed run records a Responses-shaped dump as the model call's output, not
+    Chat Completions messages: the call ids come from its function_call items."""
+    from agents import Agent, ModelSettings, Runner, function_tool
+
+    @function_tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"value of {key}"
+
+    conn = platform.connect()
+    agent = Agent(name="s", tools=[lookup], model_settings=ModelSettings(tool_choice="required"))
+
+    async def run():
+        result = Runner.run_streamed(agent, "find it", max_turns=3)
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    result = asyncio.run(run())
+    call_ids = [i.raw_item.call_id for i in result.new_items if i.type == "tool_call_item"]
+    tool = next(s for s in conn.recorder.spans() if s.name == "execute_tool lookup")
+    assert len(call_ids) == 1 and tool.attributes[t.TOOL_CALL_ID] == call_ids[0]
+
+
+def test_a_chat_span_without_a_known_model_names_none():
+    """gen_ai.request.model is required "if available": left out, not "unknown"."""
+    from types import SimpleNamespace
+
+    from agentserve.sdk.agents_tracing import GenAITraceProcessor
+    from opentelemetry.trace import NoOpTracer
+
+    processor = GenAITraceProcessor(NoOpTracer(), default_model=None)
+    name, _, attrs = processor._describe_start(SimpleNamespace(type="generation", model=None))
+    assert name == "chat" and t.REQUEST_MODEL not in attrs and attrs[t.OPERATION] == "chat"
+    name, _, attrs = processor._describe_start(SimpleNamespace(type="generation", model="x"))
+    assert name == "chat x" and attrs[t.REQUEST_MODEL] == "x"
