@@ -54,11 +54,37 @@ def start_ingress(tracer: Tracer, kind: str, headers: Mapping[str, str]) -> Span
     return span
 
 
-def name_request(span: Span, request_id: str, model: str) -> None:
-    """The engine request id (the replica's spans carry it too) and the model, on the
-    ingress span as soon as they are known."""
+def name_request(span: Span, request_id: str, model: str, body: object = None) -> None:
+    """The engine request id (the replica's spans carry it too), the model and the GenAI
+    request parameters the client set (`body`: the parsed request), on the ingress span as
+    soon as they are known."""
     if span.is_recording():
         span.set_attributes({t.REQUEST_ID: request_id, t.REQUEST_MODEL: model})
+        if body is not None:
+            span.set_attributes(request_attributes(body))
+
+
+def request_attributes(body: object) -> dict[str, object]:
+    """gen_ai.request.* of a chat or text completion request: the parameters the client
+    set (a pydantic request's `model_fields_set`), not the defaults."""
+    given = getattr(body, "model_fields_set", None)
+
+    def get(name: str) -> object:
+        return getattr(body, name, None) if given is None or name in given else None
+
+    stop = get("stop")
+    n = get("n")
+    found = {
+        "gen_ai.request.max_tokens": get("max_completion_tokens") or get("max_tokens"),
+        "gen_ai.request.temperature": get("temperature"),
+        "gen_ai.request.top_p": get("top_p"),
+        "gen_ai.request.seed": get("seed"),
+        "gen_ai.request.frequency_penalty": get("frequency_penalty"),
+        "gen_ai.request.presence_penalty": get("presence_penalty"),
+        "gen_ai.request.stop_sequences": [stop] if isinstance(stop, str) else stop or None,
+        "gen_ai.request.choice.count": n if n not in (None, 1) else None,
+    }
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def trace_headers(span: Span, incoming: Mapping[str, str], now_ns: int | None = None) -> dict:

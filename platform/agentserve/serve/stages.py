@@ -199,7 +199,7 @@ class Dispatch:
         self.poison.check(tenant.name, kind, body)
         cap = buffer_cap(kind, body, self.admit.max_model_len.get(model))  # None: a stream
         engine_request = self._engine_request(kind, body, request, tenant, held.span)
-        spans.name_request(held.span, engine_request.request_id, model)
+        spans.name_request(held.span, engine_request.request_id, model, body)
         ready = await self.backends[model].ready_replicas()
         await self.dispatcher.send(model, tenant, call.count, ready)  # earliest deadline first
         call.sent = call.count

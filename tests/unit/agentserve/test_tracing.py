@@ -148,6 +148,8 @@ def test_server_spans_continue_the_callers_trace(stream):
     assert a[t.CONVERSATION_ID] == "conv-1" and a[t.REQUEST_MODEL] == "m"
     assert a[t.INPUT_TOKENS] == 6 and a[t.OUTPUT_TOKENS] == 6
     assert a[t.FINISH_REASONS] == ("stop",) and a["http.response.status_code"] == 200
+    assert not [k for k in a if k.startswith("gen_ai.request.") and k != t.REQUEST_MODEL]
+
     # usage as gen_ai.usage.* on the ingress only: the replica's spans count under their own
     # names (a backend summing gen_ai.usage per span would count the request thrice)
     for child in ("replica", "decode"):
@@ -159,6 +161,20 @@ def test_server_spans_continue_the_callers_trace(stream):
     # the engine got the ingress span as its parent, not the caller's span
     (request,) = engine.requests
     assert request.headers["traceparent"].split("-")[2] == format(ingress.context.span_id, "016x")
+
+
+def test_ingress_span_records_the_request_parameters_the_client_set():
+    client, _, exporter = _traced_client()
+    body = {"model": "m", "messages": MSG, "max_completion_tokens": 5, "temperature": 0.5,
+            "top_p": 0.9, "seed": 7, "stop": "END", "n": 2, "presence_penalty": 0.0}  # fmt: skip
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    a = _by_name(exporter)["ingress"].attributes
+    assert a["gen_ai.request.max_tokens"] == 5 and a["gen_ai.request.temperature"] == 0.5
+    assert a["gen_ai.request.top_p"] == 0.9 and a["gen_ai.request.seed"] == 7
+    assert a["gen_ai.request.stop_sequences"] == ("END",)
+    assert a["gen_ai.request.choice.count"] == 2
+    assert a["gen_ai.request.presence_penalty"] == 0.0  # set, though to the default
+    assert "gen_ai.request.frequency_penalty" not in a  # not set
 
 
 def test_rejected_request_ends_ingress_span_with_its_status_but_no_error():
