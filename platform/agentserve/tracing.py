@@ -48,6 +48,10 @@ TOOL_TYPE = "gen_ai.tool.type"
 WORKFLOW_NAME = "gen_ai.workflow.name"
 ERROR_TYPE = "error.type"
 TENANT = "agentserve.tenant"
+# the replica's spans are not GenAI operations (no gen_ai.operation.name): own names for
+# what the ingress span records under gen_ai.* (model, finish reasons)
+MODEL = "agentserve.model"
+SERVED_FINISH_REASONS = "agentserve.finish_reasons"
 REQUEST_ID = "agentserve.request_id"
 TTFT_S = "agentserve.ttft_s"
 CANCELLED = "agentserve.cancelled"  # the client went away before the end

@@ -225,13 +225,13 @@ def _end_replica(
             task.add_done_callback(_LATE.discard)
     replica.set_attributes(
         {
-            t.REQUEST_MODEL: model,
+            t.MODEL: model,
             t.SERVED_INPUT_TOKENS: progress.prompt_tokens,
             t.SERVED_OUTPUT_TOKENS: tokens,
         }
     )
     if progress.finish_reason:
-        replica.set_attribute(t.FINISH_REASONS, [progress.finish_reason])
+        replica.set_attribute(t.SERVED_FINISH_REASONS, [progress.finish_reason])
     replica.end(end_time=end_ns)
 
 
@@ -272,7 +272,7 @@ def _queue_wait(tracer: Tracer, parent, sent_at: str | None, start_ns: int, mode
 def _span(tracer: Tracer, name: str, parent, start_ns: int, end_ns: int | None, model: str) -> Span:
     """A child span of `parent` from start_ns; ended at end_ns unless that is None."""
     span = tracer.start_span(name, context=parent, start_time=start_ns)
-    span.set_attribute(t.REQUEST_MODEL, model)
+    span.set_attribute(t.MODEL, model)
     if end_ns is not None:
         span.end(end_time=end_ns)
     return span

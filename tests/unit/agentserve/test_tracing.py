@@ -154,6 +154,11 @@ def test_server_spans_continue_the_callers_trace(stream):
     # names (a backend summing gen_ai.usage per span would count the request thrice)
     for child in ("replica", "decode"):
         assert not [k for k in spans[child].attributes if k.startswith("gen_ai.usage")]
+    # nor any gen_ai.* at all: they are not GenAI operations (which require one)
+    for child in ("queue_wait", "replica", "prefill", "decode"):
+        assert not [k for k in spans[child].attributes if k.startswith("gen_ai.")]
+        assert spans[child].attributes[t.MODEL] == "m"
+    assert spans["replica"].attributes[t.SERVED_FINISH_REASONS] == ("stop",)
     assert spans["replica"].attributes[t.SERVED_OUTPUT_TOKENS] == 6
     decode = spans["decode"].attributes  # fake: 2 tokens per step, 4 drafted per step
     assert decode[t.DECODE_STEPS] == 3 and decode[t.ACCEPTANCE_LENGTH] == 2.0
