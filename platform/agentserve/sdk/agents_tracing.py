@@ -22,9 +22,11 @@ output the attribute is left out, not guessed.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from typing import Any
+from urllib.parse import urlsplit
 
 from agents.tracing import TracingProcessor, get_current_span
 from opentelemetry import trace
@@ -176,7 +178,7 @@ class GenAITraceProcessor(TracingProcessor):
             return f"execute_tool {data.name}", SpanKind.INTERNAL, attrs
         if kind in _CHAT:
             model = _model_of(data) or self.default_model
-            attrs = {t.OPERATION: "chat", t.PROVIDER: t.PROVIDER_NAME}
+            attrs = {t.OPERATION: "chat", t.PROVIDER: t.PROVIDER_NAME, **_request_config(data)}
             if not model:  # conditionally required "if available": left out, not made up
                 return "chat", SpanKind.CLIENT, attrs
             return f"chat {model}", SpanKind.CLIENT, {**attrs, t.REQUEST_MODEL: model}
@@ -185,6 +187,28 @@ class GenAITraceProcessor(TracingProcessor):
             return f"handoff {data.to_agent}", SpanKind.INTERNAL, attrs
         label = getattr(data, "name", None) or getattr(data, "server", None) or ""
         return f"{kind} {label}".strip(), SpanKind.INTERNAL, {}
+
+
+# ModelSettings keys -> GenAI request attributes, for a model call's recorded config
+_SETTINGS = {
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "max_tokens": "gen_ai.request.max_tokens",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty",
+}
+
+
+def _request_config(data: Any) -> dict[str, Any]:
+    """The request parameters and server address a model call's `model_config` records."""
+    config = getattr(data, "model_config", None) or {}
+    found = {key: config[name] for name, key in _SETTINGS.items() if config.get(name) is not None}
+    url = urlsplit(str(config.get("base_url") or ""))
+    if url.hostname:
+        found["server.address"] = url.hostname
+        with contextlib.suppress(ValueError):  # a malformed port: the address alone
+            found["server.port"] = url.port or (443 if url.scheme == "https" else 80)
+    return found
 
 
 def _model_of(data: Any) -> str | None:

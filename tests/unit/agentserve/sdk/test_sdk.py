@@ -135,6 +135,8 @@ def test_multi_agent_run_is_one_trace_from_workflow_to_decode(platform):
     assert calc.status.status_code.name == "ERROR"  # the run went on: the model saw the error
     chat = next(s for s in client_spans if s.name == f"chat {MODEL}")
     assert chat.attributes[t.OPERATION] == "chat" and chat.attributes[t.REQUEST_MODEL] == MODEL
+    assert chat.attributes["server.address"] == "agentserve.test"  # the URL connect() used
+    assert chat.attributes["server.port"] == 80
     assert chat.attributes[t.INPUT_TOKENS] > 0 and chat.attributes[t.OUTPUT_TOKENS] > 0
     assert chat.attributes[t.FINISH_REASONS] in (("tool_calls",), ("stop",))
     assert chat.attributes[t.CONVERSATION_ID] == "conv-42"
@@ -345,3 +347,9 @@ def test_a_chat_span_without_a_known_model_names_none():
     assert name == "chat" and t.REQUEST_MODEL not in attrs and attrs[t.OPERATION] == "chat"
     name, _, attrs = processor._describe_start(SimpleNamespace(type="generation", model="x"))
     assert name == "chat x" and attrs[t.REQUEST_MODEL] == "x"
+    config = {"temperature": 0.2, "top_p": None, "max_tokens": 9, "base_url": "https://h:8443/v1"}
+    data = SimpleNamespace(type="generation", model="x", model_config=config)
+    _, _, attrs = processor._describe_start(data)
+    assert attrs["gen_ai.request.temperature"] == 0.2 and attrs["gen_ai.request.max_tokens"] == 9
+    assert "gen_ai.request.top_p" not in attrs  # not set
+    assert attrs["server.address"] == "h" and attrs["server.port"] == 8443
