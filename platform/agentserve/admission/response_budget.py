@@ -1,5 +1,6 @@
-"""Bytes a non-stream response may buffer in the ingress: a request is refused (400) when
-its worst case is over the cap, and cut off (400) if its output grows past it anyway.
+"""Bytes a non-stream response may buffer in the ingress: a request that sets an output
+limit is refused (400) when its worst case is over the cap, and any request is cut off
+(400) if its output grows past it anyway.
 
 A non-stream answer is held whole in the ingress until it ends (the deltas, then the JSON
 body). With n choices and top_logprobs each output token carries n x (1 + top_logprobs)
@@ -8,6 +9,9 @@ and 8K tokens buffered about 0.9 GB. Streams are not buffered and not capped.
 
 The worst case: n x output limit (max_tokens, else the rest of the context) x
 (BYTES_PER_TOKEN + BYTES_PER_LOGPROB x (1 + top logprobs) when logprobs are asked for).
+Without a limit from the client the rest of the context is not what it expects (OpenAI
+takes `logprobs` without `max_tokens`; on a 32K model top_logprobs 3 would be refused), so
+such a request is only cut off if it does grow past the cap.
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ def buffer_cap(kind: str, body: Any, context: int | None, cap: int | None = None
     if getattr(body, "stream", False):
         return None
     cap = MAX_BUFFERED_BYTES if cap is None else cap
+    limited = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
+    if limited is None:  # no limit to judge by: cut off at the cap if it gets there
+        return cap
     worst = worst_case_bytes(kind, body, context)
     if worst > cap:
         param = "n" if (getattr(body, "n", None) or 1) > 1 else "max_tokens"

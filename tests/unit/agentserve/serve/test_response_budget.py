@@ -35,7 +35,9 @@ def _chat(**extra) -> ChatCompletionRequest:
     ("kind", "body", "refused"),
     [
         ("chat", _chat(n=8, logprobs=True, top_logprobs=20, max_tokens=8192), True),
-        ("chat", _chat(n=8, logprobs=True, top_logprobs=20), True),  # the rest of 8K
+        # no limit set: not judged by the rest of the context (OpenAI takes logprobs without
+        # max_tokens); cut off only if it does grow past the cap
+        ("chat", _chat(n=8, logprobs=True, top_logprobs=20), False),
         ("chat", _chat(n=8, logprobs=True, top_logprobs=20, max_tokens=8192, stream=True), False),
         ("chat", _chat(n=8, max_tokens=8192), False),  # no logprobs: ~4 MiB
         ("chat", _chat(n=1, logprobs=True, top_logprobs=5, max_tokens=4096), False),
@@ -88,8 +90,12 @@ def test_ingress_refuses_the_amplifying_request_before_the_engine_and_streams_it
     asyncio.run(engine.start())
     app = create_app(spec, {"m": LocalBackend(engine)})
     body = {"model": "m", "messages": MSG, "n": 8, "logprobs": True, "top_logprobs": 20}
+    unlimited = asyncio.run(asgi_request(app, "POST", "/v1/chat/completions", body))
+    assert unlimited.status == 200, "no output limit set: cut off only if it grows past the cap"
+    engine.requests.clear()
+    body["max_tokens"] = 8000
     call = asyncio.run(asgi_request(app, "POST", "/v1/chat/completions", body))
-    assert call.status == 400, call.text()
+    assert call.status == 400, call.text()[:300]
     error = call.json()["error"]
     assert error["code"] == "response_too_large" and error["param"] == "n"
     assert len(engine.requests) == 0, "refused before any engine work"
