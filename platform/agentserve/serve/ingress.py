@@ -35,7 +35,7 @@ from opentelemetry.trace import NoOpTracer, Tracer
 
 from agentserve.api.auth import TenantResolver
 from agentserve.api.body import read_body
-from agentserve.api.errors import AuthenticationError
+from agentserve.api.errors import AuthenticationError, ModelNotFoundError
 from agentserve.api.responses import ResponsesRequest
 from agentserve.serve.admin import is_loopback_client
 from agentserve.serve.edge import edge_app
@@ -142,6 +142,13 @@ class _Ingress:
         ]
         return ModelList(data=cards).model_dump(mode="json", exclude_none=True)
 
+    def model(self, request: Request, model_id: str) -> dict:
+        """GET /v1/models/{id}: the model's card, or 404 model_not_found."""
+        for card in self.models(request)["data"]:
+            if card["id"] == model_id:
+                return card
+        raise ModelNotFoundError(model_id, list(self.backends))
+
     async def health(self, request: Request) -> JSONResponse:
         """{"status", "models": {name: state}}, cached (serve/health.py: 1 s, one in flight).
         The model names only for a caller that may list the models (a valid key, or no keys
@@ -224,6 +231,10 @@ def create_app(
     @app.get("/v1/models")
     async def models(request: Request) -> dict:
         return ingress.models(request)
+
+    @app.get("/v1/models/{model_id:path}")  # names may hold "/" (org/model)
+    async def model(request: Request, model_id: str) -> dict:
+        return ingress.model(request, model_id)
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi(request: Request) -> dict:

@@ -174,6 +174,9 @@ def test_models_and_health(open_client):
     client, engine = open_client
     models = client.get("/v1/models").json()
     assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["m"]
+    assert client.get("/v1/models/m").json() == models["data"][0]  # models.retrieve()
+    missing = client.get("/v1/models/org/other")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     assert client.get("/health").status_code == 200
     engine.healthy = False
     assert client.get("/health").status_code == 200  # the answer is cached for 1 s
