@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 from collections.abc import Mapping
 from importlib.util import find_spec
 from pathlib import Path
@@ -39,6 +40,9 @@ __all__ = [
 # tool_choice "required" and named tools (structured outputs) for any model; without one
 # every request with tools is a 400, so agent frameworks could not run at all.
 TOOL_CALL_PARSER = "hermes"
+# model_type (config.json) -> the parser its chat format needs, where it is not Hermes:
+# gpt-oss speaks Harmony, whose vLLM parser refuses any other tool parser at start
+TOOL_CALL_PARSER_BY_MODEL_TYPE = {"gpt_oss": "openai"}
 
 
 # vLLM fetches any http(s) `image_url` a request names (SSRF: cloud metadata, internal
@@ -154,6 +158,7 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
     """Keyword arguments for vllm.LLM / AsyncEngineArgs from one ModelSpec."""
     check_quantization(model.quantization, where=f"model {model.name!r}")
     check_engine_args(model.engine_args, where=f"model {model.name!r}")  # before downloads
+    tool_call_parser(model)  # a parser the spec names must exist
     kwargs: dict[str, Any] = {
         "model": str(model_dir),
         "served_model_name": [model.name],  # a list, as vLLM's CLI parser makes it
@@ -258,13 +263,45 @@ def check_engine_args(engine_args: dict[str, Any], where: str = "engine_args") -
             )
 
 
-def frontend_kwargs() -> dict[str, Any]:
-    """vLLM OpenAI-frontend options (tool calling, the same for every model), merged over
+def tool_call_parser(model: ModelSpec, model_dir: str | Path | None = None) -> str:
+    """The spec's tool-call parser, else the one the model's config.json `model_type`
+    needs (TOOL_CALL_PARSER_BY_MODEL_TYPE), else TOOL_CALL_PARSER; ValueError when the
+    installed vLLM has no parser of that name."""
+    name = model.tool_call_parser
+    if name is None:
+        model_type = _model_type(model_dir)
+        name = TOOL_CALL_PARSER_BY_MODEL_TYPE.get(model_type or "", TOOL_CALL_PARSER)
+    try:
+        from vllm.tool_parsers import ToolParserManager
+    except ImportError:
+        return name
+    known = ToolParserManager.list_registered()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"model {model.name!r}: tool_call_parser {name!r} is not a vLLM tool parser{hint}"
+        )
+    return name
+
+
+def _model_type(model_dir: str | Path | None) -> str | None:
+    if model_dir is None:
+        return None
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config.get("model_type") if isinstance(config, dict) else None
+
+
+def frontend_kwargs(model: ModelSpec, model_dir: str | Path | None = None) -> dict[str, Any]:
+    """vLLM OpenAI-frontend options (tool calling with the model's parser), merged over
     FrontendArgs; prompt token details so the usage says how much of a prompt the prefix
     cache served (the autoscaler plans prefill for the rest: serve/replica_stats.py)."""
     return {
         "enable_auto_tool_choice": True,
-        "tool_call_parser": TOOL_CALL_PARSER,
+        "tool_call_parser": tool_call_parser(model, model_dir),
         "enable_prompt_tokens_details": True,
     }
 

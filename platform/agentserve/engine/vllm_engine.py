@@ -136,7 +136,7 @@ class VLLMEngine:
             self._client = AsyncLLM.from_vllm_config(config, stat_loggers=loggers)
         else:
             self._client = AsyncLLM.from_engine_args(engine_args, stat_loggers=loggers)
-        frontend = vars(FrontendArgs()) | frontend_kwargs()
+        frontend = vars(FrontendArgs()) | frontend_kwargs(self.spec, model_dir)
         args = Namespace(**(frontend | vars(engine_args)))
         state = State()
         tasks = await self._client.get_supported_tasks()

@@ -108,6 +108,15 @@ class ModelSpec(_Spec):
         description="vLLM quantization method (e.g. fp8, awq, gptq, mxfp4); null = what the "
         "checkpoint's config says. Checked against the installed vLLM when an engine starts.",
     )
+    tool_call_parser: str | None = Field(
+        None,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="vLLM tool-call parser that turns the model's tool-call text into "
+        "`tool_calls` (e.g. hermes, llama3_json, mistral, qwen3_xml, openai); null = openai "
+        "for gpt-oss models, else hermes (SmolLM2's and Qwen's format). Checked against the "
+        "installed vLLM when an engine starts.",
+    )
     kv_cache_dtype: Literal["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
         "auto", description="KV cache element type; auto = the model dtype."
     )

@@ -140,13 +140,34 @@ def test_frontend_enables_tool_calling_with_a_text_parser():
     from agentserve.engine.vllm_args import TOOL_CALL_PARSER, frontend_kwargs
     from vllm.tool_parsers import ToolParserManager
 
-    kwargs = frontend_kwargs()
+    kwargs = frontend_kwargs(DeploymentSpec().models[0])
     assert kwargs == {
         "enable_auto_tool_choice": True,
         "tool_call_parser": TOOL_CALL_PARSER,
         "enable_prompt_tokens_details": True,  # cached prompt tokens for the autoscaler
     }
     assert ToolParserManager.get_tool_parser(TOOL_CALL_PARSER) is not None
+
+
+def test_the_tool_call_parser_follows_the_spec_else_the_models_type(tmp_path):
+    """gpt-oss speaks Harmony: vLLM refuses to start its parser beside any tool parser but
+    its own, so a gpt-oss model gets `openai` unless the spec names one; a named parser
+    must exist in the installed vLLM."""
+    from agentserve.engine.vllm_args import engine_kwargs, tool_call_parser
+    from vllm.tool_parsers import ToolParserManager
+
+    plain = DeploymentSpec().models[0]
+    (tmp_path / "config.json").write_text('{"model_type": "gpt_oss"}')
+    assert tool_call_parser(plain, tmp_path) == "openai"
+    assert ToolParserManager.get_tool_parser("openai") is not None
+    assert tool_call_parser(plain, tmp_path / "nowhere") == "hermes"
+    llama = plain.model_copy(update={"tool_call_parser": "llama3_json"})
+    assert tool_call_parser(llama, tmp_path) == "llama3_json"  # the spec wins
+    typo = plain.model_copy(update={"tool_call_parser": "llama3_jsn"})
+    with pytest.raises(ValueError, match="did you mean 'llama3_json'"):
+        tool_call_parser(typo)
+    with pytest.raises(ValueError, match="not a vLLM tool parser"):
+        engine_kwargs(typo, tmp_path)  # before the engine starts
 
 
 def _with_engine_args(engine_args):
