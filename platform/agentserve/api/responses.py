@@ -241,7 +241,9 @@ def _json_type(value: Any) -> str:
 
 
 def _content(content: Any, param: str) -> str:
-    """Text of a message's content: a string, or a list of text parts (joined)."""
+    """Text of a message's content: a string, or a list of text parts joined by newlines
+    (as vLLM joins a chat message's text parts: the same parts mean the same prompt
+    through either API)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -262,7 +264,7 @@ def _content(content: Any, param: str) -> str:
                 f"'{param}[{j}]' must be a text part ({{'type': 'input_text', 'text': ...}}).",
                 f"{param}[{j}]",
             )
-    return "".join(texts)
+    return "\n".join(texts)
 
 
 def _string(item: dict[str, Any], name: str, param: str) -> str:

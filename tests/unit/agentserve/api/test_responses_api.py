@@ -213,7 +213,7 @@ def test_translation_merges_an_assistant_turn_and_its_calls():
     assert user == {"role": "user", "content": "go"}
     assert assistant["content"] == "calling"
     assert [c["id"] for c in assistant["tool_calls"]] == ["a", "b"]
-    assert tool == {"role": "tool", "tool_call_id": "a", "content": "xy"}
+    assert tool == {"role": "tool", "tool_call_id": "a", "content": "x\ny"}  # as vLLM joins
 
 
 def test_max_output_tokens_makes_an_incomplete_response(served):
