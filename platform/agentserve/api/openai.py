@@ -189,6 +189,13 @@ def _check_edge(kind: RequestKind, request: Any, data: dict[str, Any]) -> None:
         raise InvalidRequestError("You must provide a model parameter.", param="model")
     if kind == "chat" and not request.messages:
         raise InvalidRequestError("'messages' must contain at least one message.", param="messages")
+    if kind == "completion" and _prompt_count(request.prompt) > 1:
+        raise InvalidRequestError(
+            "'prompt' holds several prompts: batched prompts are not supported here; send "
+            "one request per prompt (they run concurrently).",
+            param="prompt",
+            code="unsupported_parameter",
+        )
     if kind == "completion" and _prompt_count(request.prompt) != 1:
         raise InvalidRequestError("'prompt' must be one string or one token list.", param="prompt")
     n = 1 if request.n is None else request.n
