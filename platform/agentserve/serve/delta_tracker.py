@@ -14,7 +14,7 @@ delivers several tokens). Times are in whatever clock the caller passes (seconds
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentserve.engine.protocol import Delta
 
@@ -31,7 +31,8 @@ class DeltaTracker:
     cached_tokens: int = 0  # of the prompt, served by the prefix cache
     completion_tokens: int = 0
     steps: int = 0  # deltas that added output tokens
-    finish_reason: str | None = None
+    finish_reason: str | None = None  # the latest choice's
+    finish_reasons: dict[int, str] = field(default_factory=dict)  # by choice index
 
     def see(self, delta: Delta, now: float) -> bool:
         """Count `delta`, which arrived at `now`; True when it is the first visible one."""
@@ -51,6 +52,8 @@ class DeltaTracker:
         self.prompt_tokens = max(self.prompt_tokens, delta.prompt_tokens)
         self.cached_tokens = max(self.cached_tokens, delta.cached_tokens)
         self.finish_reason = delta.finish_reason or self.finish_reason
+        if delta.finish_reason:
+            self.finish_reasons[delta.index] = delta.finish_reason
         return max(0, added)
 
     def ttft(self, start: float) -> float | None:

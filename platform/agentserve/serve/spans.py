@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -110,7 +110,7 @@ def end_ingress(
     ttft_s: float | None = None,
     prompt_tokens: int = 0,
     output_tokens: int = 0,
-    finish_reason: str | None = None,
+    finish_reasons: Sequence[str] = (),
 ) -> None:
     """Record the outcome on the ingress span and end it. An error status for >= 500 only:
     on a SERVER span a 4xx is the client's (OTel's HTTP conventions leave it unset), so
@@ -126,8 +126,8 @@ def end_ingress(
             t.OUTPUT_TOKENS: output_tokens,
         }
         span.set_attributes({k: v for k, v in attributes.items() if v is not None})
-        if finish_reason:
-            span.set_attribute(t.FINISH_REASONS, [finish_reason])
+        if finish_reasons:  # one per choice, in choice order
+            span.set_attribute(t.FINISH_REASONS, list(finish_reasons))
         if status >= 500:
             span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
             span.set_attribute(t.ERROR_TYPE, str(status))  # GenAI: required on an error

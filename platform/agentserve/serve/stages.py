@@ -305,5 +305,5 @@ class Close:
             ttft_s=call.ttft(call.start),
             prompt_tokens=call.prompt_tokens,
             output_tokens=call.completion_tokens,
-            finish_reason=call.finish_reason,
+            finish_reasons=[r for _, r in sorted(call.finish_reasons.items())],
         )

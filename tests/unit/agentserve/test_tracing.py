@@ -178,6 +178,7 @@ def test_ingress_span_records_the_request_parameters_the_client_set():
     assert a["gen_ai.request.top_p"] == 0.9 and a["gen_ai.request.seed"] == 7
     assert a["gen_ai.request.stop_sequences"] == ("END",)
     assert a["gen_ai.request.choice.count"] == 2
+    assert a[t.FINISH_REASONS] == ("length", "length")  # one per choice (max 5 tokens)
     assert a["gen_ai.request.presence_penalty"] == 0.0  # set, though to the default
     assert "gen_ai.request.frequency_penalty" not in a  # not set
 
