@@ -17,6 +17,7 @@ from pathlib import Path
 from agentserve.autoscale.spec_schedule import with_default_schedules
 from agentserve.drafters import (
     DEFAULT_SPECULATION,
+    default_dtype,
     default_speculation,
     default_speculation_reason,
     default_speculation_tokens,
@@ -34,7 +35,12 @@ from agentserve.spec.drafter import tokens_for_block
 from agentserve.speculation_choice import Choice
 from dflash.config import DFlashConfig
 
-__all__ = ["resolve_drafters", "with_default_drafters", "with_default_schedules"]
+__all__ = [
+    "resolve_drafters",
+    "with_default_drafters",
+    "with_default_dtype",
+    "with_default_schedules",
+]
 
 
 def with_default_drafters(
@@ -149,8 +155,10 @@ def resolve_drafters(
     machine = machine or machine_class()
     choice = _calibrate(spec, flag, machine, progress) if here else None
     if choice is None:
+        dtype = default_dtype(BUNDLED_MODEL, machine)
+        typed = with_default_dtype(spec, dtype)
         resolved, notes = with_default_drafters(
-            spec,
+            typed,
             flag,
             shipped_drafter,
             lambda source: default_speculation(source, machine),
@@ -158,6 +166,13 @@ def resolve_drafters(
             lambda source: default_speculation_tokens(source, machine),
             machine=None if here else machine,
         )
+        notes = [
+            f"model {after.name}: served in {dtype}, measured faster than {before.dtype} "
+            f"through the server on this kind of machine ({machine}); set the model's dtype "
+            "to choose another"
+            for after, before in zip(typed.models, spec.models, strict=True)
+            if after.dtype != before.dtype
+        ] + notes
         decided_by = "served figures" if _measured(machine) else "no figures"
     else:
         resolved, notes = with_default_drafters(
@@ -184,6 +199,25 @@ def resolve_drafters(
                 "predicted_speedup": choice.predicted_speedup if choice and by_default else None,
             }
     return resolved, notes
+
+
+def with_default_dtype(spec: DeploymentSpec, dtype: str | None) -> DeploymentSpec:
+    """`spec` with the bundled model served on CPU in `dtype` (the one measured fastest
+    through the server on the replicas' kind of CPU, agentserve.drafters.DEFAULT_DTYPE)
+    where its spec leaves dtype unset, speculating or not (`--no-drafter` included, so the
+    two compare like for like); None, or a spec that sets dtype, keeps the spec's."""
+    if dtype is None:
+        return spec
+    models = [
+        model.model_copy(update={"dtype": dtype})
+        if model.engine == "vllm"
+        and model.source == BUNDLED_MODEL
+        and model.replicas.num_gpus == 0
+        and "dtype" not in model.model_fields_set
+        else model
+        for model in spec.models
+    ]  # model_copy keeps which fields the spec set (the later defaults read them)
+    return spec.model_copy(update={"models": models})
 
 
 def _measured(machine: str) -> bool:

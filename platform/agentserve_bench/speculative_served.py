@@ -372,9 +372,10 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         "--dtypes",
         type=lambda t: [x or None for x in t.split(",")],
         default=[None],
-        help="comma list of model dtypes to compare ('' = the spec's, bfloat16); rows of a "
-        "dtype other than the spec's are labelled SETTINGS/DTYPE and never decide the "
-        "default (default: the spec's)",
+        help="comma list of model dtypes to compare ('' = the one agentserve up serves in on "
+        "this kind of CPU: agentserve.drafters.DEFAULT_DTYPE, else the spec's bfloat16); rows "
+        "of a dtype named here are labelled SETTINGS/DTYPE and never decide the default "
+        "(default: '')",
     )
     p.add_argument(
         "--engine",

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from agentserve.engine.cpu_settings import default_settings
 from agentserve_bench.served_client import Reply, level_figures, parse_spec_counters
 from agentserve_bench.served_report import write_served
 from agentserve_bench.served_rows import fill_ratios, row, served_default, settings_scores
@@ -22,7 +23,8 @@ def _row(method, workload, c, tps, server="agentserve", k=4, texts=("a", "b"), d
     counters = {"drafts": drafts, "draft_tokens": drafts * k, "accepted_tokens": acc}
     return row(server=server, method=method, k=0 if method == "none" else k, workload=workload,
                concurrency=c, figures=figures, counters=counters, machine=MACHINE,
-               dtype="bfloat16", engine_env={}, texts=list(texts))  # fmt: skip
+               dtype="bfloat16", engine_env={}, texts=list(texts),
+               settings=default_settings(MACHINE["cpu_class"]))  # fmt: skip
 
 
 def _grid(speedups: dict[str, dict[tuple[str, int], float]]) -> list[dict]:
