@@ -70,7 +70,8 @@ UNREAD: dict[str, str] = {
 # 5 interleaved rounds, `agentserve bench ray-priority`); decoding 0.88-0.92x there, 1.04x in
 # an earlier run: a trade on 2 cores, taken for TTFT (docs/benchmarks.md)
 # avx512_bf16 (AMD EPYC, 2026-11-27): uni + quiet served plain 1.31x / 1.27x all-gomp (c=1 / c=4)
-QUIET_BY_CPU: dict[str, bool] = {"amx": True, "avx512_bf16": True}
+# avx2 (AMD EPYC, 2026-11-29): uni + quiet, as on avx512_bf16 (engine/cpu_settings.py)
+QUIET_BY_CPU: dict[str, bool] = {"amx": True, "avx512_bf16": True, "avx2": True}
 
 
 def ray_env_name(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> str:

@@ -51,7 +51,7 @@ __all__ = [
 # checks this table against the committed figures. A method not listed keeps LatencyModel's
 # assumption.
 MEASURED_ACCEPTANCE: dict[str, tuple[float, float]] = {
-    "ngram": (0.84, 0.062),
+    "ngram": (0.834, 0.063),
     "dflash": (0.472, 0.0),
     "hybrid": (0.714, 0.0),  # n-gram and DFlash drafts together, at the engine's k
 }

@@ -12,9 +12,11 @@ from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL
 
 __all__ = [
     "BUNDLED_DRAFTER_DIR",
+    "DEFAULT_DTYPE",
     "DEFAULT_SPECULATION",
     "DEFAULT_SPECULATION_TOKENS",
     "DRAFTER_ROOT",
+    "default_dtype",
     "default_speculation",
     "default_speculation_reason",
     "default_speculation_tokens",
@@ -41,7 +43,9 @@ _MASK_TOKEN_IDS = {BUNDLED_MODEL: 16}
 # against the committed figures (docs/benchmarks/speculative.json), so a new run that
 # changes the winner fails until the table follows it.
 DEFAULT_SPECULATION: dict[tuple[str, str], str | None] = {
-    (BUNDLED_MODEL, "avx2"): None,  # n-gram 0.69-1.04x, DFlash 0.41-0.46x of plain (bf16 is slow)
+    # AVX2 without bf16 instructions, in float32 (DEFAULT_DTYPE): n-gram k=8 1.4-2.4x of plain
+    # (in bfloat16, before 2026-11-29, nothing beat plain: 0.69-1.04x)
+    (BUNDLED_MODEL, "avx2"): "ngram",
     # quiet Ray (ray_env): n-gram 1.9-2.8x of plain, hybrid 1.6-2.7x (0.55-0.93x n-gram)
     (BUNDLED_MODEL, "amx"): "ngram",
     # AMD EPYC (AVX-512 with bf16, no AMX): n-gram k=8 1.7-3.4x of plain, hybrid 1.5-3.0x
@@ -50,8 +54,19 @@ DEFAULT_SPECULATION: dict[tuple[str, str], str | None] = {
 # ... and the most tokens it drafts (num_speculative_tokens, where the spec leaves it unset):
 # the k the served rows measured, so the default is exactly what was measured
 DEFAULT_SPECULATION_TOKENS: dict[tuple[str, str], int] = {
+    (BUNDLED_MODEL, "avx2"): 8,
     (BUNDLED_MODEL, "amx"): 4,
     (BUNDLED_MODEL, "avx512_bf16"): 8,
+}
+
+
+# ... and the dtype it is served in (speculating or not, where the spec leaves dtype unset):
+# the dtype the served rows of that kind of CPU were measured in; a kind not listed serves the
+# model's own (bfloat16). test_default_speculation.py holds it to the default rows' dtype.
+DEFAULT_DTYPE: dict[tuple[str, str], str] = {
+    # AVX2 without bf16 instructions: float32 prefills 4-6x faster and verifies drafts at a
+    # cost speculation can pay (benchmarks/speculative_served_avx2_dtype_settings.json)
+    (BUNDLED_MODEL, "avx2"): "float32",
 }
 
 
@@ -120,6 +135,12 @@ def default_speculation(model: str, machine: str | None = None) -> str | None:
 def default_speculation_tokens(model: str, machine: str | None = None) -> int | None:
     """num_speculative_tokens of the default method, as measured; None: the spec's own."""
     return DEFAULT_SPECULATION_TOKENS.get((_canonical(model), machine or machine_class()))
+
+
+def default_dtype(model: str, machine: str | None = None) -> str | None:
+    """The dtype `up` serves `model` in on this kind of machine where the spec leaves it
+    unset, as measured through the server; None: the spec's own."""
+    return DEFAULT_DTYPE.get((_canonical(model), machine or machine_class()))
 
 
 def default_speculation_reason(model: str, machine: str | None = None) -> str:

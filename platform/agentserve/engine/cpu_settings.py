@@ -112,7 +112,9 @@ DEFAULT_EXECUTOR = "mp"  # vLLM's own choice on CPU, where the executors were ne
 # cpu_class -> executor, from the served bench's settings rows (docs/benchmarks/speculative.json)
 # amx: uni served plain 1.12-1.39x and started in 40-44 s against 49-54 s (one run);
 # avx512_bf16: uni (with quiet Ray) served plain 1.27-1.41x, ready in 29-31 s against 80-109 s
-EXECUTOR_BY_CPU: dict[str, str] = {"amx": "uni", "avx512_bf16": "uni"}
+# avx2 (AMD EPYC, 2026-11-29, with quiet Ray): uni served plain 1.18-1.41x all-gomp in bfloat16,
+# 1.17-1.30x in float32 (benchmarks/speculative_served_avx2_dtype_settings.json)
+EXECUTOR_BY_CPU: dict[str, str] = {"amx": "uni", "avx512_bf16": "uni", "avx2": "uni"}
 DEFAULT_BIND = "all"
 DEFAULT_IOMP = "0"  # GNU OpenMP: measured as fast as Intel OpenMP at c=1, faster at c=4
 # cpu_class -> allocator the engine preloads (engine/cpu_malloc.py), from the served bench's

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 from agentserve.drafters import (
+    DEFAULT_DTYPE,
     DEFAULT_SPECULATION,
     DEFAULT_SPECULATION_TOKENS,
+    default_dtype,
     default_speculation,
     default_speculation_reason,
     default_speculation_tokens,
@@ -83,9 +85,21 @@ def test_default_is_what_the_served_figures_choose_on_each_measured_machine():
         )
 
 
+def test_the_default_dtype_is_the_one_the_deciding_rows_were_measured_in():
+    """`up` serves the bundled model in the dtype its kind of CPU's default rows used (the
+    spec's bfloat16 unless DEFAULT_DTYPE names another), so the default is what was measured."""
+    for machine, rows in _served_by_machine().items():
+        deciding = {r["dtype"] for r in rows if r["server"] == "agentserve"
+                    and r["settings"] == default_settings(machine)}  # fmt: skip
+        assert deciding == {default_dtype(BUNDLED_MODEL, machine) or "bfloat16"}, (
+            f"{machine}: the default rows were measured in {deciding}; update "
+            "agentserve.drafters.DEFAULT_DTYPE"
+        )
+
+
 def test_every_table_entry_has_served_figures_behind_it():
     measured = set(_served_by_machine())
-    for model, machine in [*DEFAULT_SPECULATION, *DEFAULT_SPECULATION_TOKENS]:
+    for model, machine in [*DEFAULT_SPECULATION, *DEFAULT_SPECULATION_TOKENS, *DEFAULT_DTYPE]:
         assert model == BUNDLED_MODEL and machine in measured, (
             f"DEFAULT_SPECULATION has {machine!r} but no served figures were recorded there"
         )
