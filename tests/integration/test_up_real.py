@@ -1,9 +1,9 @@
 """`agentserve up` with no spec, as the README runs it (plus `--traces`): local Ray, vLLM
 (CPU build), the bundled model with the speculation measured fastest for it through the
 server on this kind of CPU (agentserve.drafters' DEFAULT_SPECULATION) or, where that is plain
-decoding (AVX2 today), with `--speculation ngram`, so drafting is exercised either way (the
-plain default itself: tests/unit/agentserve/test_default_speculation.py and
-test_cli_up.py); the openai client (chat
+decoding (a kind of CPU with no served figures), with `--speculation ngram`, so drafting is
+exercised either way (the plain default itself: tests/unit/agentserve/test_default_speculation.py
+and test_cli_up.py); the openai client (chat
 completions and /v1/responses); speculation visibly drafting in /metrics and `agentserve
 status`; examples 01 and 02 unchanged against it (02's trace read back from Phoenix down to
 the decode span); Ctrl-C. One engine start (~2 min on CPU) for all of it.

@@ -84,7 +84,8 @@ def test_bench_sampling_command_reads_its_settings(capsys):
 
     args = build_parser().parse_args(["bench", "sampling", "--settings", "0.5,1/0.9/20"])
     assert args.settings == [{"temperature": 0.5}, {"temperature": 1.0, "top_p": 0.9, "top_k": 20}]
-    assert args.samples == 200 and not args.eager
+    assert args.samples == 200 and not args.eager and args.dtype == "bfloat16"
+    assert build_parser().parse_args(["bench", "sampling", "--dtype", "float32"]).dtype == "float32"
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "sampling", "--settings", "0"])
     assert exit_info.value.code == 2
@@ -109,3 +110,6 @@ def test_bench_sampling_keeps_its_samples_for_a_rerun(tmp_path, monkeypatch):
     assert first == again and len(calls) == 1 and calls[0][-1] == {"enforce_eager": True}
     sampling._cached_runs(args, "/m", {"none": None}, [[5, 7]], None)  # other prompts: resample
     assert len(calls) == 2
+    float32 = {"enforce_eager": True, "dtype": "float32"}  # another dtype: resample
+    sampling._cached_runs(args, "/m", {"none": None}, [[5, 6]], float32)
+    assert len(calls) == 3 and calls[-1][-1] == float32
