@@ -121,7 +121,7 @@ install_dev_tools() {
 side_jobs=()
 stop_side_jobs() {
   local job
-  for job in "${side_jobs[@]}"; do pkill -P "$job" 2>/dev/null; kill "$job" 2>/dev/null; done
+  for job in "${side_jobs[@]}"; do pkill -P "$job" 2>/dev/null || true; kill "$job" 2>/dev/null || true; done
   return 0
 }
 trap stop_side_jobs EXIT
