@@ -11,7 +11,9 @@
 The options go to both phases; give paths to `pytest` itself (`pytest tests/unit/x.py`), which
 still runs anything in one process. Without pytest-xdist, or on one core, phase 1 runs in one
 process too. The exit status is pytest's: 0 when both phases passed; with no options, a phase
-that collects nothing fails the run (a broken checkout), as a plain `pytest -q` would.
+that collects nothing fails the run (a broken checkout), as a plain `pytest -q` would. A
+phase that pytest reports interrupted, or that ends in a usage or internal error, ends the
+run there; Ctrl-C ends it with 130.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 UNIT = "tests/unit"
 MAX_WORKERS = 4  # past this, workers mostly wait on each other's imports (torch, vLLM)
 NO_TESTS = 5  # pytest's exit status when it collected nothing
+STOP = (2, 3, 4)  # pytest's statuses for interrupted, internal error, usage error
+INTERRUPTED = 130  # a shell's status for a run stopped by Ctrl-C
 
 
 def workers() -> int:
@@ -74,7 +78,13 @@ def main(argv: list[str]) -> int:
         label = f"{n} workers" if number == 1 and n else "one process"
         print(f"tests.run: phase {number}/2: pytest {shlex.join(args)} ({label})", flush=True)
         command = [sys.executable, "-m", "pytest", *args]
-        statuses.append(subprocess.call(command, cwd=ROOT, env={**os.environ, **env}))
+        try:
+            statuses.append(subprocess.call(command, cwd=ROOT, env={**os.environ, **env}))
+        except KeyboardInterrupt:  # Ctrl-C reached pytest too; it has reported what ran
+            print("tests.run: interrupted", file=sys.stderr, flush=True)
+            return INTERRUPTED
+        if statuses[-1] in STOP:
+            break  # interrupted, an internal error or a usage error: the next phase would too
     status = combined_status(statuses, argv)
     print(f"tests.run: phase statuses {statuses}, exit {status}", flush=True)
     return status

@@ -73,3 +73,19 @@ def test_readme_test_command_is_the_one_ci_runs():
     (command,) = re.findall(r"^\./install\.sh --dev && .+$", readme, flags=re.M)
     assert "tests.run" in command
     assert command in ci.splitlines()
+
+
+@pytest.mark.parametrize("status", [2, 3, 4])
+def test_an_interrupted_or_unusable_phase_ends_the_run(monkeypatch, status):
+    calls = []
+    monkeypatch.setattr(run.subprocess, "call", lambda command, cwd, env: calls.append(1) or status)
+    assert run.main(["-q"]) == status and len(calls) == 1
+
+
+def test_ctrl_c_ends_the_run_with_130(monkeypatch, capsys):
+    def interrupted(command, cwd, env):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run.subprocess, "call", interrupted)
+    assert run.main(["-q"]) == run.INTERRUPTED
+    assert "interrupted" in capsys.readouterr().err
