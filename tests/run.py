@@ -49,13 +49,23 @@ def phases(options: list[str], n: int) -> list[tuple[list[str], dict[str, str]]]
     return [(unit, {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}), (rest, {})]
 
 
+# options that select part of the suite: with one of them a phase may rightly collect nothing
+SELECTING = ("-k", "-m", "--deselect", "--lf", "--last-failed", "--sw", "--stepwise")
+
+
+def selects(options: list[str]) -> bool:
+    """Whether `options` select part of the suite (`-kEXPR`, `--deselect=ID` count too)."""
+    return any(o.startswith(SELECTING) for o in options)
+
+
 def combined_status(statuses: list[int], options: list[str]) -> int:
-    """The first failure's status; NO_TESTS counts as one only without options (a -k that
-    selects nothing in one phase is fine) or when no phase collected anything."""
+    """The first failure's status; NO_TESTS counts as one unless the options select part of
+    the suite (a -k that selects nothing in one phase is fine; -q or -x change nothing
+    there), and always when no phase collected anything."""
     failures = [s for s in statuses if s not in (0, NO_TESTS)]
     if failures:
         return failures[0]
-    if all(s == NO_TESTS for s in statuses) or (not options and NO_TESTS in statuses):
+    if all(s == NO_TESTS for s in statuses) or (not selects(options) and NO_TESTS in statuses):
         return NO_TESTS
     return 0
 

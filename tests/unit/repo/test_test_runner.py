@@ -42,7 +42,13 @@ def test_workers_follow_the_cores_and_need_xdist(monkeypatch):
         ([1, 0], [], 1),
         ([0, 2], [], 2),
         ([5, 0], [], 5),  # the whole suite collected nothing in one phase: broken checkout
+        ([5, 0], ["-q"], 5),  # CI passes -q: an empty phase still fails it
+        ([0, 5], ["-q", "-x"], 5),
         ([5, 0], ["-k", "x"], 0),  # a filter that selects nothing in one phase
+        ([5, 0], ["-q", "-kx"], 0),
+        ([0, 5], ["-m", "slow"], 0),
+        ([0, 5], ["--deselect=tests/e2e"], 0),
+        ([5, 0], ["--lf"], 0),
         ([5, 5], ["-k", "x"], 5),
         ([5, 1], ["-k", "x"], 1),
     ],
