@@ -46,6 +46,7 @@ from agentserve.autoscale.model import (
     Measurement,
     fit,
 )
+from agentserve.autoscale.served_fit import served_latency_model
 from agentserve.drafters import BUNDLED_DRAFTER_DIR
 from agentserve.spec import BUNDLED_MODEL, DFLASH_METHODS, ModelSpec
 from agentserve.speculation_choice import drafter_fraction, speculative_step_factor
@@ -176,23 +177,30 @@ def _read_cpu_info():
 def calibrated_latency_model(
     model: ModelSpec, base: LatencyModel, machine: str | None = None
 ) -> LatencyModel | None:
-    """`model`'s LatencyModel from the calibrated step costs of the machine its replicas run
-    on, or None where there is none (or AGENTSERVE_CALIBRATE=0, or the whole-engine fit holds
-    there). `machine`: that machine's kind (a cpu_class, "cuda"); None = this machine (its
-    cached calibration first). Profiles are of the bundled model only (the one calibrated)."""
+    """`model`'s LatencyModel on the machine its replicas run on: its served fit
+    (served_fit.SERVED_FITS: the whole step measured through the server) where that kind of
+    CPU has one, else from the calibrated step costs there; None where there is neither (or
+    AGENTSERVE_CALIBRATE=0, or the whole-engine fit holds there). `machine`: that machine's
+    kind (a cpu_class, "cuda"); None = this machine (its cached calibration first).
+    Profiles and fits are of the bundled model only (the one measured)."""
     if os.environ.get("AGENTSERVE_CALIBRATE", "1") == "0" or model.source != BUNDLED_MODEL:
         return None
     method = model.drafter.method if model.drafter.enabled else None
     dtype = _served_dtype(model)
+    cpu = None
     if model.replicas.num_gpus > 0:
         machine = "cuda"  # the CPU here says nothing about a GPU replica
     elif machine is None:
         cpu = _read_cpu_info()
         machine = cpu.cpu_class
-        profile = None if machine == CPU_MEASUREMENTS_MACHINE else _cached_profile(cpu)
-        if profile is not None and dtype in profile["dtypes"]:
-            return latency_model_from_profile(profile, dtype, method, base)
+    draft = drafter_fraction(BUNDLED_DRAFTER_DIR) if method in DFLASH_METHODS else None
+    served = served_latency_model(machine, dtype, base, draft)
+    if served is not None:
+        return served
     if machine == CPU_MEASUREMENTS_MACHINE:
         return None
+    profile = None if cpu is None else _cached_profile(cpu)
+    if profile is not None and dtype in profile["dtypes"]:
+        return latency_model_from_profile(profile, dtype, method, base)
     terms = RECORDED_STEP_TERMS.get(machine, {}).get(dtype)
     return None if terms is None else _from_terms(terms, method, base, SERVED_STEP_FACTOR)

@@ -178,4 +178,4 @@ def test_a_recorded_profile_serves_a_kind_named_by_the_operator(monkeypatch, thi
     model = _spec(dtype="float32").models[0]
     got = latency_model_for(model, machine="avx512")
     assert got is not None and got.base_ms == round(terms["float32"][0] * SERVED_STEP_FACTOR, 3)
-    assert latency_model_for(model, machine="avx2") == _ngram_base()
+    assert latency_model_for(model, machine="avx") == _ngram_base()  # nothing measured there

@@ -11,6 +11,7 @@ from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_sc
 from agentserve.autoscale.policy import capacity_floor
 from agentserve.autoscale.policy_types import PolicySpec, Snapshot
 from agentserve.autoscale.ray_policy import policy_spec_from_json, policy_spec_to_json
+from agentserve.autoscale.served_fit import SERVED_FITS
 from agentserve.autoscale.spec_schedule import (
     latency_model_for,
     schedule_for,
@@ -196,8 +197,10 @@ def test_on_a_calibrated_cpu_the_schedule_drafts_where_the_server_measured_gains
     served 1.5-1.9x plain at concurrency 4 there, so the schedule drafts at batch 4. One
     factor fitted at concurrency 1 for every batch turns speculation off at a smaller batch
     than the factor fitted at concurrency 4 (with the figures of 2026-11-27 morning: from
-    batch 4)."""
+    batch 4). (That kind now plans with its served fit, served_fit.py; this holds the
+    calibrated model a kind without one gets.)"""
     monkeypatch.delenv("AGENTSERVE_CALIBRATE")
+    monkeypatch.delitem(SERVED_FITS, "avx512_bf16")
     model = _spec().models[0]
     latency = latency_model_for(model, "avx512_bf16")
     assert latency.speculative_step_factor_loaded < latency.speculative_step_factor

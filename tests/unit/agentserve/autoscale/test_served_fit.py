@@ -1,0 +1,103 @@
+"""The capacity model from the step costs measured through the server on a kind of CPU
+(served_fit.py): held to the committed `agentserve bench fit-latency` figures, used ahead of
+a model derived from GEMM step costs, and closer to the served steps than what the policy
+planned with before on that kind."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from agentserve.autoscale import calibrated_model
+from agentserve.autoscale.calibrated_model import latency_model_from_profile
+from agentserve.autoscale.model import LatencyModel
+from agentserve.autoscale.served_fit import SERVED_FITS, read_served_fits, served_latency_model
+from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE, latency_model_for
+from agentserve.drafters import DEFAULT_DTYPE, shipped_drafter
+from agentserve.engine.cpu_info import CpuInfo
+from agentserve.engine.step_costs import profile_cache_path
+from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.spec import DeploymentSpec
+from agentserve.speculation_choice import drafter_fraction
+
+BENCH = Path(__file__).resolve().parents[4] / "docs" / "benchmarks"
+AVX2 = CpuInfo("Test CPU", 2, ("avx2",))
+
+
+def _model(method: str = "ngram", dtype: str = "float32"):
+    drafter = {"enabled": True, "method": method}
+    return DeploymentSpec.model_validate({"models": [{"drafter": drafter, "dtype": dtype}]}).models[
+        0
+    ]
+
+
+def _figures(kind: str) -> dict:
+    return json.loads((BENCH / f"fit_latency_{kind}.json").read_text())
+
+
+def test_the_table_is_what_the_committed_figures_give():
+    assert read_served_fits(BENCH) == SERVED_FITS, "rerun read_served_fits(docs/benchmarks)"
+    assert set(SERVED_FITS) >= {"avx2", "avx512_bf16"}
+    for kind, by_dtype in SERVED_FITS.items():  # each in the dtype `agentserve up` serves in
+        assert list(by_dtype) == [DEFAULT_DTYPE.get((BUNDLED_MODEL, kind), "bfloat16")]
+
+
+@pytest.mark.parametrize("kind", sorted(SERVED_FITS))
+def test_the_plan_on_a_fitted_kind_is_its_served_steps(kind, monkeypatch):
+    """The step and prefill the SLA policy plans with on that kind are the measured ones:
+    each concurrency's served time per output token within 15%, and closer over all of them
+    than the whole-engine fit of another kind of CPU (what a kind without figures gets)."""
+    monkeypatch.delenv("AGENTSERVE_CALIBRATE", raising=False)
+    figures = _figures(kind)
+    dtype = DEFAULT_DTYPE.get((BUNDLED_MODEL, kind), "bfloat16")
+    plan = latency_model_for(_model(dtype=dtype), machine=kind)
+    assert plan is not None
+    assert plan.prefill_ms_per_token == figures["latency_model"]["prefill_ms_per_token"]
+    assert (plan.alpha_1, plan.alpha_drop_per_doubling) == MEASURED_ACCEPTANCE["ngram"]
+    errors, generic = [], []
+    for point in figures["figures"]["decode"]:
+        served, batch = point["tpot_ms"], point["concurrency"]
+        errors.append(abs(plan.step_ms(batch) / served - 1))
+        generic.append(abs(LatencyModel().step_ms(batch) / served - 1))
+    assert max(errors) <= 0.15, errors
+    assert sum(errors) < sum(generic)
+
+
+def test_a_served_fit_wins_over_this_machines_cached_calibration(monkeypatch, tmp_path):
+    monkeypatch.setenv("AGENTSERVE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("AGENTSERVE_CALIBRATE", raising=False)
+    monkeypatch.setattr(calibrated_model, "_read_cpu_info", lambda: AVX2)
+    # the profile `agentserve bench calibrate` measured on an AVX2 EPYC
+    profile = json.loads((BENCH / "calibration_avx2_2026-11-29.json").read_text())[0]
+    path = profile_cache_path(tmp_path / "models" / BUNDLED_MODEL, AVX2, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(profile))
+    model, base = _model(), _ngram(LatencyModel())
+    assert latency_model_for(model) == served_latency_model("avx2", "float32", base)
+    assert latency_model_for(model) != latency_model_from_profile(profile, "float32", "ngram", base)
+    # a dtype the kind was not served in falls back to the calibration
+    bf16 = _model(dtype="bfloat16")
+    assert latency_model_for(bf16) == latency_model_from_profile(profile, "bfloat16", "ngram", base)
+    # and the switch that turns machine-specific step costs off turns this off too
+    monkeypatch.setenv("AGENTSERVE_CALIBRATE", "0")
+    assert latency_model_for(model) == base
+
+
+def _ngram(base: LatencyModel) -> LatencyModel:
+    alpha_1, drop = MEASURED_ACCEPTANCE["ngram"]
+    return dataclasses.replace(base, alpha_1=alpha_1, alpha_drop_per_doubling=drop)
+
+
+def test_a_drafter_running_every_step_adds_its_share_to_every_step(monkeypatch):
+    monkeypatch.delenv("AGENTSERVE_CALIBRATE", raising=False)
+    ngram = latency_model_for(_model("ngram"), machine="avx2")
+    dflash = latency_model_for(_model("dflash"), machine="avx2")
+    assert ngram.speculative_step_factor == 1.0 and not ngram.drafter_every_step
+    share = drafter_fraction(shipped_drafter(BUNDLED_MODEL))
+    assert share is not None and share > 0
+    assert dflash.drafter_every_step
+    assert dflash.speculative_step_factor == pytest.approx(1 + share, abs=1e-4)
+    assert dflash.step_ms(1) == pytest.approx(ngram.step_ms(1) * (1 + share), rel=1e-3)
+    assert served_latency_model("avx", "float32", LatencyModel()) is None  # nothing measured
