@@ -23,12 +23,13 @@ from which measurement:
 
 The profile covers batch x tokens up to 4 x 8 rows; beyond that the fit extrapolates.
 
-`calibrated_latency_model(model, base, machine)` finds a profile for the machine: this
-machine's cached calibration (the one `agentserve up` measured), else the profile recorded
-for its kind of CPU (RECORDED_STEP_TERMS, from docs/benchmarks/calibration.json). Where the
-whole-engine fit (model.CPU_MEASUREMENTS, measured through vLLM on CPU_MEASUREMENTS_MACHINE)
-holds for the machine, it wins: the same order as speculation (served figures, then
-calibration). GPUs: no GEMM profile is measured there yet; a profile measured on a GPU the
+`calibrated_latency_model(model, base, machine)` finds the machine's model: the step costs
+measured through the server on its kind of CPU (served_fit.SERVED_FITS, `agentserve bench
+fit-latency`), else a profile: this machine's cached calibration (the one `agentserve up`
+measured), else the profile recorded for its kind of CPU (RECORDED_STEP_TERMS, from
+docs/benchmarks/calibration.json). Where the whole-engine fit (model.CPU_MEASUREMENTS,
+measured through vLLM on CPU_MEASUREMENTS_MACHINE) holds for the machine, it wins over a
+profile: the same order as speculation (served figures, then calibration). GPUs: no GEMM profile is measured there yet; a profile measured on a GPU the
 same way goes through the same functions (RECORDED_STEP_TERMS["cuda"]), none is invented.
 """
 
