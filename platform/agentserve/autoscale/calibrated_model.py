@@ -29,8 +29,9 @@ fit-latency`), else a profile: this machine's cached calibration (the one `agent
 measured), else the profile recorded for its kind of CPU (RECORDED_STEP_TERMS, from
 docs/benchmarks/calibration.json). Where the whole-engine fit (model.CPU_MEASUREMENTS,
 measured through vLLM on CPU_MEASUREMENTS_MACHINE) holds for the machine, it wins over a
-profile: the same order as speculation (served figures, then calibration). GPUs: no GEMM profile is measured there yet; a profile measured on a GPU the
-same way goes through the same functions (RECORDED_STEP_TERMS["cuda"]), none is invented.
+profile: the same order as speculation (served figures, then calibration). GPUs: no GEMM
+profile is measured there yet; a profile measured on a GPU the same way goes through the
+same functions (RECORDED_STEP_TERMS["cuda"]), none is invented.
 """
 
 from __future__ import annotations
