@@ -48,9 +48,12 @@ def row(
     texts: list[str],
     settings: str = DEFAULT_SETTINGS,
     drafter: str | None = None,
+    schedule: list[list[int]] | None = None,
 ) -> dict[str, Any]:
     """One served record (speedup and identity are filled by `fill_ratios`); `drafter`: the
-    DFlash drafter's digest (agentserve.drafters.drafter_digest) on dflash and hybrid rows."""
+    DFlash drafter's digest (agentserve.drafters.drafter_digest) on dflash and hybrid rows;
+    `schedule`: the per-batch drafted tokens the server ran with ([[start, end, k]], as
+    `num_speculative_tokens_per_batch_size`; None: k at every batch)."""
     drafts = counters.get("drafts", 0.0)
     accepted = counters.get("accepted_tokens", 0.0)
     drafted = counters.get("draft_tokens", 0.0)
@@ -75,6 +78,7 @@ def row(
         "settings": settings,
         "engine_env": engine_env,
         **({"drafter": drafter} if drafter else {}),
+        **({"schedule": schedule} if schedule and method != "none" else {}),
         "texts": texts,
     }
 

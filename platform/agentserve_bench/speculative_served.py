@@ -187,7 +187,7 @@ def _measure(
                     server=server, method=method, k=k, workload=workload, concurrency=c,
                     figures=figures, counters=counters, machine=machine, dtype=model.dtype,
                     engine_env=env, texts=[r.text for r in replies], settings=settings,
-                    drafter=drafter,
+                    drafter=drafter, schedule=model.drafter.num_speculative_tokens_per_batch_size,
                 ))  # fmt: skip
                 tau = records[-1]["tau"]
                 print(

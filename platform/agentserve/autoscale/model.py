@@ -10,6 +10,8 @@ Time per output token (TPOT) = step_ms / tau. A step that verifies drafted token
 `speculative_step_factor` times the roofline (1.0 where the roofline was fitted from whole
 engine steps; more where it comes from GEMM step costs: autoscale/calibrated_model.py); so
 does a step with no draft where the drafter runs on every step (`drafter_every_step`).
+Only `draft_rate` of the steps draft (prompt lookup finds no match on the rest); step time
+and tau are then the means over drafting and plain steps.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class LatencyModel:
     until measured: 1 ms per prompt token; alpha 0.7 at batch 1 (tau 3.2 with 7 drafted),
     falling 0.05 per doubling of the batch. `speculative_step_factor`: what a speculative
     step costs beyond its roofline (drafting, rejection sampling), 1.0 for a whole-engine fit.
+    `draft_rate`: the share of steps that draft at all (alpha is per drafted token of those).
     """
 
     base_ms: float = 32.231
@@ -99,8 +102,21 @@ class LatencyModel:
     # the engine's drafter runs on every step, drafting or not (DFlash, hybrid: it must see
     # every accepted token), so a step with no draft costs a speculative step too
     drafter_every_step: bool = False
+    # the share of a sequence's steps that carry a draft while drafting is on: prompt lookup
+    # drafts only where the context repeats (0.4-0.6 of steps through the server), a drafter
+    # every step (1.0). The other steps are plain ones: one token at a plain step's cost.
+    # (In a batch the mixture is taken over whole steps: every sequence drafting or none.)
+    draft_rate: float = 1.0
 
     def step_ms(self, batch: int, drafted: int = 0) -> float:
+        """A decode step of `batch` sequences drafting `drafted` tokens where they draft
+        (`draft_rate` of the steps; the mean over drafting and plain steps)."""
+        if drafted <= 0 or self.draft_rate >= 1.0:
+            return self._step_ms(batch, drafted)
+        rate = max(0.0, self.draft_rate)
+        return rate * self._step_ms(batch, drafted) + (1.0 - rate) * self._step_ms(batch, 0)
+
+    def _step_ms(self, batch: int, drafted: int) -> float:
         """One decode step of `batch` sequences each verifying 1 + `drafted` tokens."""
         tokens = batch * (1 + drafted)
         roofline = self.base_ms + self.per_token_ms * max(0.0, tokens - self.knee_tokens)
@@ -125,8 +141,13 @@ class LatencyModel:
         return min(_ALPHA_MAX, max(0.0, a))
 
     def tau(self, batch: int, drafted: int) -> float:
-        """Mean tokens emitted per sequence per step (1.0 without drafting)."""
-        return geometric_tau(self.alpha(batch), drafted)
+        """Mean tokens emitted per sequence per step (1.0 without drafting), over drafting
+        and plain steps (`draft_rate`)."""
+        drafting = geometric_tau(self.alpha(batch), drafted)
+        if drafted <= 0 or self.draft_rate >= 1.0:
+            return drafting
+        rate = max(0.0, self.draft_rate)
+        return rate * drafting + (1.0 - rate)
 
     def tpot_ms(self, batch: int, drafted: int = 0) -> float:
         """Time per output token of every sequence in a batch of `batch`."""

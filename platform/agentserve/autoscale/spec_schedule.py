@@ -35,7 +35,9 @@ from agentserve.spec import (
 
 __all__ = [
     "MEASURED_ACCEPTANCE",
+    "MEASURED_DRAFT_RATE",
     "acceptance_from_served",
+    "draft_rate_from_served",
     "latency_model_for",
     "measured_acceptance",
     "schedule_for",
@@ -55,6 +57,29 @@ MEASURED_ACCEPTANCE: dict[str, tuple[float, float]] = {
     "dflash": (0.472, 0.0),
     "hybrid": (0.714, 0.0),  # n-gram and DFlash drafts together, at the engine's k
 }
+
+
+# The share of a sequence's decode steps that carried a draft, per method, through the server
+# at concurrency 1 (`draft_rate_from_served`; the same test holds it to the committed
+# figures): prompt lookup drafts only where the context repeats, a drafter on every step.
+MEASURED_DRAFT_RATE: dict[str, float] = {"dflash": 1.0, "hybrid": 1.0, "ngram": 0.481}
+
+
+def draft_rate_from_served(records: list[dict]) -> dict[str, float]:
+    """{method: mean over agentserve's served rows at concurrency 1 of drafts / (drafts +
+    steps that drafted nothing)} (pure). A row's drafting steps emitted drafts x tau of its
+    tokens after each request's first; every other token took a plain step of its own."""
+    by: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("path") != "served" or r.get("server") != "agentserve":
+            continue
+        if r.get("method") in (None, "none") or r.get("concurrency") != 1:
+            continue
+        if not (r.get("drafts") and r.get("tau") and r.get("output_tokens") and r.get("requests")):
+            continue
+        plain = max(0.0, r["output_tokens"] - r["requests"] - r["drafts"] * r["tau"])
+        by.setdefault(r["method"], []).append(r["drafts"] / (r["drafts"] + plain))
+    return {method: round(sum(v) / len(v), 3) for method, v in sorted(by.items())}
 
 
 def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]]:
@@ -116,7 +141,10 @@ def latency_model_for(model: ModelSpec, machine: str | None = None) -> LatencyMo
     base = LatencyModel(drafter_every_step=drafting)
     if acceptance is not None:
         base = dataclasses.replace(
-            base, alpha_1=acceptance[0], alpha_drop_per_doubling=acceptance[1]
+            base,
+            alpha_1=acceptance[0],
+            alpha_drop_per_doubling=acceptance[1],
+            draft_rate=MEASURED_DRAFT_RATE.get(model.drafter.method, 1.0),
         )
     calibrated = calibrated_latency_model(model, base, machine)
     if calibrated is not None:

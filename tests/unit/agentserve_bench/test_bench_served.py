@@ -306,3 +306,16 @@ def test_a_candidate_drafter_serves_the_dflash_and_hybrid_rows_only(tmp_path):
     off = bench_spec("hybrid", 4, 8719, 4, None, schedule="off").models[0].drafter
     assert auto.num_speculative_tokens_per_batch_size is not None
     assert off.num_speculative_tokens_per_batch_size is None and off.num_speculative_tokens == 4
+
+
+def test_a_speculative_row_records_the_schedule_it_ran_with():
+    """What each batch size drafted is part of the measurement (the row's k is only the
+    most): the fits and the projections checked against served rows read it."""
+    schedule = [[1, 1, 8], [2, 8, 2]]
+    common = dict(workload="coding", concurrency=1, counters={}, machine=MACHINE,
+                  dtype="float32", engine_env={}, texts=["a"], schedule=schedule,
+                  figures={"decode_tokens_per_s": 1.0})  # fmt: skip
+    assert row(server="agentserve", method="ngram", k=8, **common)["schedule"] == schedule
+    assert "schedule" not in row(server="agentserve", method="none", k=0, **common)
+    no_schedule = {**common, "schedule": None}
+    assert "schedule" not in row(server="agentserve", method="ngram", k=8, **no_schedule)

@@ -92,3 +92,25 @@ def test_a_drafter_that_runs_every_step_makes_an_undrafted_step_cost_a_speculati
     # the verified tokens make the step compute bound
     assert speculation_schedule(plain_priced, 8, 3) == [(1, 1, 3), (2, 8, 0)]
     assert speculation_schedule(every_step, 8, 3) == [(1, 1, 3), (2, 2, 2), (3, 6, 1), (7, 8, 0)]
+
+
+def test_a_method_that_drafts_on_some_steps_is_priced_as_the_mix():
+    """Prompt lookup drafts only where the context repeats (about half the steps, measured
+    through the server): tau and step time are the means over drafting and plain steps, so
+    TPOT is no longer that of a replica drafting on every step."""
+    every = LatencyModel(alpha_1=0.8, alpha_drop_per_doubling=0.0)
+    half = LatencyModel(alpha_1=0.8, alpha_drop_per_doubling=0.0, draft_rate=0.5)
+    for batch, k in ((1, 4), (4, 2)):
+        assert half.tau(batch, k) == pytest.approx(0.5 * every.tau(batch, k) + 0.5)
+        mix = 0.5 * every.step_ms(batch, k) + 0.5 * every.step_ms(batch, 0)
+        assert half.step_ms(batch, k) == pytest.approx(mix)
+        assert half.tpot_ms(batch, 0) == every.tpot_ms(batch, 0)  # plain is plain
+        assert every.tpot_ms(batch, k) < half.tpot_ms(batch, k) < every.tpot_ms(batch, 0)
+    # drafting pays where a drafting step beats plain per token, whatever the rate; the
+    # rate only dilutes the gain, so a marginal gain falls under the schedule's threshold
+    rare = LatencyModel(alpha_1=0.8, alpha_drop_per_doubling=0.0, draft_rate=0.05)
+
+    def last_drafting(model):
+        return max(b for b in range(1, 9) if drafted_for(speculation_schedule(model, 8, 4), b))
+
+    assert last_drafting(rare) < last_drafting(half) <= last_drafting(every)

@@ -24,6 +24,7 @@ from agentserve.autoscale.policy_types import PolicySpec
 from agentserve.autoscale.ray_policy import policy_spec_from_json
 from agentserve.autoscale.spec_schedule import (
     MEASURED_ACCEPTANCE,
+    MEASURED_DRAFT_RATE,
     latency_model_for,
     schedule_for,
     with_default_schedules,
@@ -50,7 +51,12 @@ def _profiles() -> list[dict]:
 
 def _ngram_base() -> LatencyModel:
     alpha_1, drop = MEASURED_ACCEPTANCE["ngram"]
-    return dataclasses.replace(LatencyModel(), alpha_1=alpha_1, alpha_drop_per_doubling=drop)
+    return dataclasses.replace(
+        LatencyModel(),
+        alpha_1=alpha_1,
+        alpha_drop_per_doubling=drop,
+        draft_rate=MEASURED_DRAFT_RATE["ngram"],
+    )
 
 
 def _spec(**model) -> DeploymentSpec:
@@ -75,14 +81,16 @@ def test_recorded_terms_and_step_factor_are_what_the_figures_give():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_derivation_follows_the_recorded_profile(dtype):
+    # every step drafting (draft rate 1): the costs of a drafting step are under test here
+    base = dataclasses.replace(_ngram_base(), draft_rate=1.0)
     for profile in _profiles():
-        model = latency_model_from_profile(profile, dtype, "ngram", _ngram_base())
+        model = latency_model_from_profile(profile, dtype, "ngram", base)
         base_ms, knee, per_token = step_terms(profile, dtype)
         assert (model.base_ms, model.knee_tokens) == (round(base_ms * SERVED_STEP_FACTOR, 3), knee)
         assert model.per_token_ms == round(per_token * SERVED_STEP_FACTOR, 4)
         # every measured point, times the served step factor, is on the fitted roofline
         # within the profile's timing noise (a least-squares fit over its 12 points)
-        roofline = latency_model_from_profile(profile, dtype, None, _ngram_base())
+        roofline = latency_model_from_profile(profile, dtype, None, base)
         assert roofline.speculative_step_factor == 1.0  # plain decoding: no correction
         for batch, by_tokens in profile["dtypes"][dtype]["step_ms"].items():
             for tokens, ms in by_tokens.items():

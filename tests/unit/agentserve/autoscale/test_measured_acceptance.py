@@ -11,7 +11,9 @@ import pytest
 from agentserve.autoscale.model import LatencyModel
 from agentserve.autoscale.spec_schedule import (
     MEASURED_ACCEPTANCE,
+    MEASURED_DRAFT_RATE,
     acceptance_from_served,
+    draft_rate_from_served,
     latency_model_for,
 )
 from agentserve.drafters import rows_of_shipped_drafter
@@ -70,3 +72,30 @@ def test_each_methods_latency_model_carries_its_own_acceptance(method):
     )
     latency = latency_model_for(spec.models[0])
     assert (latency.alpha_1, latency.alpha_drop_per_doubling) == MEASURED_ACCEPTANCE[method]
+
+
+def test_draft_rate_counts_the_steps_that_carried_a_draft():
+    # 10 requests, 110 tokens: 100 after the first ones; 20 drafting steps of tau 3 made 60,
+    # so 40 plain steps made the rest: 20 of 60 steps drafted
+    ngram = {**_rec("ngram", 8, 1, 3.0), "drafts": 20, "output_tokens": 110, "requests": 10}
+    dflash = {**_rec("dflash", 3, 1, 1.5), "drafts": 60, "output_tokens": 100, "requests": 10}
+    loaded = {**ngram, "concurrency": 4, "drafts": 30}  # rates are taken at concurrency 1
+    plain = {**_rec("none", 0, 1, 1.0), "drafts": 0, "output_tokens": 110, "requests": 10}
+    got = draft_rate_from_served([ngram, dflash, loaded, plain])
+    assert got == {"dflash": 1.0, "ngram": pytest.approx(1 / 3, abs=1e-3)}
+
+
+def test_draft_rate_table_follows_the_committed_served_figures():
+    records = rows_of_shipped_drafter(json.loads(FIGURES.read_text()))
+    assert draft_rate_from_served(records) == MEASURED_DRAFT_RATE, (
+        "update agentserve.autoscale.spec_schedule.MEASURED_DRAFT_RATE from the served figures"
+    )
+    assert 0.3 < MEASURED_DRAFT_RATE["ngram"] < 0.8  # prompt lookup: where the context repeats
+
+
+@pytest.mark.parametrize("method", sorted(MEASURED_DRAFT_RATE))
+def test_each_methods_latency_model_carries_its_draft_rate(method):
+    spec = DeploymentSpec.model_validate(
+        {"models": [{"drafter": {"enabled": True, "method": method, "num_speculative_tokens": 3}}]}
+    )
+    assert latency_model_for(spec.models[0]).draft_rate == MEASURED_DRAFT_RATE[method]

@@ -12,9 +12,13 @@ from pathlib import Path
 import pytest
 from agentserve.autoscale import calibrated_model
 from agentserve.autoscale.calibrated_model import latency_model_from_profile
-from agentserve.autoscale.model import LatencyModel
+from agentserve.autoscale.model import LatencyModel, drafted_for
 from agentserve.autoscale.served_fit import SERVED_FITS, read_served_fits, served_latency_model
-from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE, latency_model_for
+from agentserve.autoscale.spec_schedule import (
+    MEASURED_ACCEPTANCE,
+    MEASURED_DRAFT_RATE,
+    latency_model_for,
+)
 from agentserve.drafters import DEFAULT_DTYPE, shipped_drafter
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.engine.step_costs import profile_cache_path
@@ -87,7 +91,8 @@ def test_a_served_fit_wins_over_this_machines_cached_calibration(monkeypatch, tm
 
 def _ngram(base: LatencyModel) -> LatencyModel:
     alpha_1, drop = MEASURED_ACCEPTANCE["ngram"]
-    return dataclasses.replace(base, alpha_1=alpha_1, alpha_drop_per_doubling=drop)
+    rate = MEASURED_DRAFT_RATE["ngram"]
+    return dataclasses.replace(base, alpha_1=alpha_1, alpha_drop_per_doubling=drop, draft_rate=rate)
 
 
 def test_a_drafter_running_every_step_adds_its_share_to_every_step(monkeypatch):
@@ -101,3 +106,23 @@ def test_a_drafter_running_every_step_adds_its_share_to_every_step(monkeypatch):
     assert dflash.speculative_step_factor == pytest.approx(1 + share, abs=1e-4)
     assert dflash.step_ms(1) == pytest.approx(ngram.step_ms(1) * (1 + share), rel=1e-3)
     assert served_latency_model("avx", "float32", LatencyModel()) is None  # nothing measured
+
+
+def test_the_default_deployments_projected_tpot_is_what_the_server_measured(monkeypatch):
+    """The TPOT the SLA policy projects for `agentserve up`'s default on avx2 (n-gram, the
+    schedule the rows record) against the served default's time per output token, averaged
+    over the two workloads: within 15% at each concurrency. It needs the served step costs,
+    n-gram's acceptance and its draft rate together: each alone was 25% to 2x short."""
+    monkeypatch.delenv("AGENTSERVE_CALIBRATE", raising=False)
+    rows = json.loads((BENCH / "speculative_served_avx2_served_fit.json").read_text())
+    ngram = [r for r in rows if r["method"] == "ngram"]
+    plan = latency_model_for(_model("ngram"), machine="avx2")
+    every_step = dataclasses.replace(plan, draft_rate=1.0)
+    for c in sorted({r["concurrency"] for r in ngram}):
+        level = [r for r in ngram if r["concurrency"] == c]
+        served = sum(1000 / r["decode_tokens_per_s"] for r in level) / len(level)
+        k = drafted_for([tuple(x) for x in level[0]["schedule"]], c)
+        assert k > 0
+        assert plan.tpot_ms(c, k) == pytest.approx(served, rel=0.15), (c, k)
+        if c == 1:  # one stream: half its steps found no match; taking all as drafting
+            assert every_step.tpot_ms(c, k) < 0.85 * served  # ... projected it 23% short

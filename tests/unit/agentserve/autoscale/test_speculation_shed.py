@@ -24,9 +24,10 @@ from agentserve_bench.autoscale.compare import Scenario, policy_spec_for, satura
 from agentserve_bench.autoscale.simulate import SimConfig, simulate
 from agentserve_bench.autoscale.trace import Call, Session, Trace, TraceConfig
 
-# n-gram's schedule (8 seqs, k 7) from the CPU step model and n-gram's acceptance measured
-# through the server (spec_schedule.MEASURED_ACCEPTANCE); follows the committed figures
-CPU_SCHEDULE = [[1, 1, 7], [2, 2, 4], [3, 3, 3], [4, 6, 2], [7, 8, 1]]
+# n-gram's schedule (8 seqs, k 7) from the CPU step model and n-gram's acceptance and draft
+# rate measured through the server (spec_schedule.MEASURED_ACCEPTANCE, MEASURED_DRAFT_RATE);
+# follows the committed figures
+CPU_SCHEDULE = [[1, 1, 7], [2, 2, 5], [3, 4, 3], [5, 6, 2], [7, 8, 1]]
 
 
 @pytest.fixture(autouse=True)
