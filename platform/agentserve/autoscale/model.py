@@ -111,10 +111,14 @@ class LatencyModel:
     def step_ms(self, batch: int, drafted: int = 0) -> float:
         """A decode step of `batch` sequences drafting `drafted` tokens where they draft
         (`draft_rate` of the steps; the mean over drafting and plain steps)."""
+        return self._mixed(self._step_ms(batch, drafted), self._step_ms(batch, 0), drafted)
+
+    def _mixed(self, drafting: float, plain: float, drafted: int) -> float:
+        """The mean of a drafting step's figure and a plain one's over `draft_rate`."""
         if drafted <= 0 or self.draft_rate >= 1.0:
-            return self._step_ms(batch, drafted)
+            return drafting
         rate = max(0.0, self.draft_rate)
-        return rate * self._step_ms(batch, drafted) + (1.0 - rate) * self._step_ms(batch, 0)
+        return rate * drafting + (1.0 - rate) * plain
 
     def _step_ms(self, batch: int, drafted: int) -> float:
         """One decode step of `batch` sequences each verifying 1 + `drafted` tokens."""
@@ -143,11 +147,7 @@ class LatencyModel:
     def tau(self, batch: int, drafted: int) -> float:
         """Mean tokens emitted per sequence per step (1.0 without drafting), over drafting
         and plain steps (`draft_rate`)."""
-        drafting = geometric_tau(self.alpha(batch), drafted)
-        if drafted <= 0 or self.draft_rate >= 1.0:
-            return drafting
-        rate = max(0.0, self.draft_rate)
-        return rate * drafting + (1.0 - rate)
+        return self._mixed(geometric_tau(self.alpha(batch), drafted), 1.0, drafted)
 
     def tpot_ms(self, batch: int, drafted: int = 0) -> float:
         """Time per output token of every sequence in a batch of `batch`."""
