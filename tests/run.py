@@ -10,8 +10,9 @@
 
 The options go to both phases; give paths to `pytest` itself (`pytest tests/unit/x.py`), which
 still runs anything in one process. Without pytest-xdist, or on one core, phase 1 runs in one
-process too. The exit status is pytest's: 0 when both phases passed; with no options, a phase
-that collects nothing fails the run (a broken checkout), as a plain `pytest -q` would. A
+process too. The exit status is pytest's: 0 when both phases passed; a phase that collects
+nothing fails the run (a broken checkout), as a plain `pytest -q` would, unless the options
+select part of the suite (`-k`, `-m`, `--deselect`, `--lf`, `--sw`). A
 phase that pytest reports interrupted, or that ends in a usage or internal error, ends the
 run there; Ctrl-C ends it with 130.
 """
