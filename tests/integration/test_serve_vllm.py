@@ -52,6 +52,24 @@ def test_chat_completions_models(client):
     assert [m.id for m in client.models.list().data] == [BUNDLED_MODEL]
 
 
+def test_a_prompt_batch_answers_each_prompt_as_it_alone_would(client):
+    """Batched completion prompts (api/prompts.py) through the real engine: greedy, each
+    choice is what its prompt sent alone gives, in prompt order; usage counts each once.
+    Short, confident continuations: greedy output that batching cannot tip (no near-ties)."""
+    prompts = ["The capital of France is", "def add(a, b):\n    return", "1, 2, 3, 4,"]
+    alone = [
+        client.completions.create(model=BUNDLED_MODEL, prompt=p, max_tokens=4, temperature=0)
+        for p in prompts
+    ]
+    batch = client.completions.create(
+        model=BUNDLED_MODEL, prompt=prompts, max_tokens=4, temperature=0
+    )
+    assert [c.index for c in batch.choices] == [0, 1, 2]
+    assert [c.text for c in batch.choices] == [a.choices[0].text for a in alone]
+    assert batch.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    assert batch.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
+
+
 def test_stream_is_incremental_with_usage_last(client):
     stream = client.chat.completions.create(
         model=BUNDLED_MODEL,

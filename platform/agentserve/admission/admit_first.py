@@ -18,6 +18,7 @@ from typing import Any
 
 from agentserve.admission.shares import AdmittedCall, token_reservation
 from agentserve.api.auth import Tenant
+from agentserve.api.prompts import choice_count
 from agentserve.api.validate import MAX_CHOICES
 from agentserve.engine.protocol import RequestKind
 from agentserve.serve.parsing import INLINE_BODY_BYTES, RequestParser
@@ -54,7 +55,7 @@ async def _admit(
     parser: RequestParser, admit: Admission, kind: RequestKind, body: Any, tenant: Tenant
 ) -> AdmittedCall:
     reserve = token_reservation(kind, body, parser.max_model_len.get(body.model))
-    return await admit(body.model, tenant, reserve, body.n or 1)
+    return await admit(body.model, tenant, reserve, choice_count(kind, body))  # prompts x n
 
 
 def admission_view(kind: RequestKind, data: Any, body_bytes: int = 0) -> SimpleNamespace | None:

@@ -67,8 +67,9 @@ class RateLimiter:
         most = limits.max_concurrent_requests
         if most and count > most:
             raise InvalidRequestError(
-                f"n={count} choices would be {count} requests in flight, more than tenant "
-                f"{tenant.name!r}'s max_concurrent_requests ({most}); send a smaller n",
+                f"{count} choices (n, times a batch's prompts) would be {count} requests in "
+                f"flight, more than tenant {tenant.name!r}'s max_concurrent_requests "
+                f"({most}); send a smaller n or fewer prompts",
                 param="n",
                 code="concurrency_limit_exceeded",
             )

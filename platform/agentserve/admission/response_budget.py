@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentserve.admission.shares import estimate_prompt_tokens
+from agentserve.admission.shares import prompt_estimates
 from agentserve.api.errors import InvalidRequestError
+from agentserve.api.prompts import prompts_of
 from agentserve.engine.protocol import Delta, aclose_stream
 
 __all__ = ["MAX_BUFFERED_BYTES", "ResponseTooLargeError", "buffer_cap", "capped", "delta_bytes"]
@@ -52,11 +53,13 @@ def _logprobs_per_token(kind: str, body: Any) -> int:
 def worst_case_bytes(kind: str, body: Any, context: int | None) -> int:
     """The most a non-stream response of `body` can buffer (see the module docstring)."""
     limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
-    if limit is None:
-        prompt = estimate_prompt_tokens(kind, body)
-        limit = max(1, (context or prompt + 1) - prompt)
+    n = getattr(body, "n", None) or 1
     per_token = BYTES_PER_TOKEN + BYTES_PER_LOGPROB * _logprobs_per_token(kind, body)
-    return (getattr(body, "n", None) or 1) * limit * per_token
+    total = 0
+    for prompt in prompt_estimates(kind, body):  # a completion batch: each prompt's n
+        out = max(1, (context or prompt + 1) - prompt) if limit is None else limit
+        total += n * out * per_token
+    return total
 
 
 def buffer_cap(kind: str, body: Any, context: int | None, cap: int | None = None) -> int | None:
@@ -70,11 +73,13 @@ def buffer_cap(kind: str, body: Any, context: int | None, cap: int | None = None
         return cap
     worst = worst_case_bytes(kind, body, context)
     if worst > cap:
+        batched = len(prompts_of(kind, body) or ()) > 1
         param = "n" if (getattr(body, "n", None) or 1) > 1 else "max_tokens"
         raise ResponseTooLargeError(
             f"this non-stream request may produce about {worst // 2**20} MiB of response "
-            f"(n x max_tokens x log probabilities), over the {cap // 2**20} MiB a response "
-            "is buffered; send stream: true, or a smaller n, max_tokens or top_logprobs",
+            f"({'prompts x ' if batched else ''}n x max_tokens x log probabilities), over "
+            f"the {cap // 2**20} MiB a response is buffered; send stream: true, or "
+            f"{'fewer prompts, ' if batched else ''}a smaller n, max_tokens or top_logprobs",
             param=param,
         )
     return cap

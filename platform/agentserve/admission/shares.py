@@ -21,11 +21,12 @@ from typing import Any
 from agentserve.admission.quota import Lease
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import ModelNotFoundError, OverloadedError, RateLimitError
+from agentserve.api.prompts import prompts_of
 from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.spec import DeploymentSpec, ModelSpec
 
 __all__ = ["AdmittedCall", "QueueShares", "estimate_prompt_tokens", "model_capacity"]
-__all__ += ["token_reservation"]
+__all__ += ["prompt_estimates", "token_reservation"]
 
 CHARS_PER_TOKEN = 4  # typical for English BPE vocabularies; settled to the real count
 
@@ -119,15 +120,23 @@ class QueueShares:
 
 
 def estimate_prompt_tokens(kind: str, body: Any) -> int:
-    """A cheap estimate of the prompt's tokens (the ingress has no tokenizer): token-id
-    prompts exactly; text as max(characters / CHARS_PER_TOKEN, words), plus tools (an
-    admission view's `tools_chars`, its body's size less the message text counted; else
-    the tools' text)."""
-    if kind == "completion":  # one prompt (the ingress accepts no batches)
-        prompt = getattr(body, "prompt", None)
-        prompt = prompt[0] if isinstance(prompt, list) and prompt and not isinstance(
-            prompt[0], int) else prompt  # fmt: skip
-        return len(prompt) if isinstance(prompt, list) else _text_tokens(prompt or "")
+    """A cheap estimate of the prompt's tokens (the ingress has no tokenizer), summed over
+    a batch's prompts (prompt_estimates)."""
+    return sum(prompt_estimates(kind, body))
+
+
+def prompt_estimates(kind: str, body: Any) -> list[int]:
+    """Each prompt's estimated tokens (one for a chat request; a completion batch's, in
+    order, api/prompts.py): token-id prompts exactly; text as max(characters /
+    CHARS_PER_TOKEN, words), plus tools (an admission view's `tools_chars`, its body's size
+    less the message text counted; else the tools' text)."""
+    prompts = prompts_of(kind, body)
+    if prompts is not None:
+        return [_one_prompt_tokens(p) for p in prompts or [""]]
+    return [_chat_tokens(body)]
+
+
+def _chat_tokens(body: Any) -> int:
     total = counted = 0
     for message in getattr(body, "messages", None) or []:
         content = message.get("content") if isinstance(message, dict) else None
@@ -144,6 +153,14 @@ def estimate_prompt_tokens(kind: str, body: Any) -> int:
     return total
 
 
+def _one_prompt_tokens(prompt: Any) -> int:
+    """A single completion prompt's tokens; 0 for a value validation will refuse (an
+    admission view is read before validation)."""
+    if isinstance(prompt, list):
+        return len(prompt)
+    return _text_tokens(prompt) if isinstance(prompt, str) else 0
+
+
 def _text_tokens(text: str) -> int:
     words = text.count(" ") + text.count("\n") + 1 if text else 0
     return max(math.ceil(len(text) / CHARS_PER_TOKEN), words)
@@ -152,10 +169,13 @@ def _text_tokens(text: str) -> int:
 def token_reservation(kind: str, body: Any, context: int | None) -> int:
     """Tokens to reserve at admission: prompt estimate + the output limit (max_tokens or
     max_completion_tokens; without one, the rest of the context), at most the context,
-    with the output counted once per choice (n); the prompt counts once, as in usage."""
-    prompt = estimate_prompt_tokens(kind, body)
+    with the output counted once per choice (n); the prompt counts once, as in usage; a
+    completion batch reserves the sum over its prompts."""
     limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
-    if limit is None:
-        limit = max(1, (context or prompt + 1) - prompt)
-    one = min(prompt + limit, context) if context else prompt + limit
-    return one + ((getattr(body, "n", None) or 1) - 1) * max(0, one - prompt)
+    n = getattr(body, "n", None) or 1
+    total = 0
+    for prompt in prompt_estimates(kind, body):  # a batch: each prompt with its n choices
+        out = max(1, (context or prompt + 1) - prompt) if limit is None else limit
+        one = min(prompt + out, context) if context else prompt + out
+        total += one + (n - 1) * max(0, one - prompt)
+    return total

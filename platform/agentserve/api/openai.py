@@ -34,6 +34,7 @@ from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.json_types import check_json_types
+from agentserve.api.prompts import check_prompts, split_prompts
 from agentserve.api.validate import (
     MAX_CHOICES,
     Checkpoint,
@@ -189,18 +190,11 @@ def _check_edge(kind: RequestKind, request: Any, data: dict[str, Any]) -> None:
         raise InvalidRequestError("You must provide a model parameter.", param="model")
     if kind == "chat" and not request.messages:
         raise InvalidRequestError("'messages' must contain at least one message.", param="messages")
-    if kind == "completion" and _prompt_count(request.prompt) > 1:
-        raise InvalidRequestError(
-            "'prompt' holds several prompts: batched prompts are not supported here; send "
-            "one request per prompt (they run concurrently).",
-            param="prompt",
-            code="unsupported_parameter",
-        )
-    if kind == "completion" and _prompt_count(request.prompt) != 1:
-        raise InvalidRequestError("'prompt' must be one string or one token list.", param="prompt")
     n = 1 if request.n is None else request.n
     if not 1 <= n <= MAX_CHOICES:
         raise InvalidRequestError(f"'n' must be between 1 and {MAX_CHOICES}.", param="n")
+    if kind == "completion":
+        check_prompts(split_prompts(request.prompt), n)
     if n > 1 and getattr(request, "use_beam_search", False):
         raise InvalidRequestError(
             "'use_beam_search' is not supported with n > 1.", param="use_beam_search"
@@ -247,14 +241,6 @@ def _check_refused(data: dict[str, Any]) -> None:
             raise InvalidRequestError(
                 f"'{name}' is not supported: {why}.", param=name, code="unsupported_parameter"
             )
-
-
-def _prompt_count(prompt: Any) -> int:
-    if isinstance(prompt, str):
-        return 1
-    if not prompt:
-        return 0
-    return 1 if isinstance(prompt[0], int) else len(prompt)
 
 
 def _tool_calls_from_deltas(deltas: Iterable[dict[str, Any]]) -> list[ToolCall]:

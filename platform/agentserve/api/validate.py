@@ -40,6 +40,7 @@ from typing import Any
 from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
+from agentserve.api.prompts import prompts_of
 from agentserve.api.schema_check import SchemaTimeoutError
 from agentserve.api.schema_check import schema_error as _schema_error
 
@@ -219,8 +220,9 @@ def check_context(kind: str, request: Any, data: dict[str, Any], context: int) -
             param=name,
             code="context_length_exceeded",
         )
-    prompt = getattr(request, "prompt", None) if kind == "completion" else None
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+    for prompt in prompts_of(kind, request) or []:  # each of a batch's prompts
+        if not isinstance(prompt, list):
+            continue
         needed = len(prompt) + (limit or 0)
         if len(prompt) >= context or needed > context:
             raise InvalidRequestError(

@@ -1,14 +1,16 @@
-"""n > 1: a request's choices run as n engine requests, merged into one stream.
+"""n > 1 or a completion batch: a request's choices run as engine requests of their own
+(prompts x n; api/prompts.py), merged into one stream.
 
-Choice i is the request with n=1, request id `<id>-<i>` and, when the request has a
-seed, seed + i (so a seeded request is reproducible, and choice 0 is what n=1 gives).
+Choice i = p * n + j (prompt p's choice j) is the request with n=1, that prompt alone,
+request id `<id>-<i>` and, when the request has a seed, seed + j (so a seeded request is
+reproducible, and each prompt's choice 0 is what that prompt alone with n=1 gives).
 Each choice's stream is opened by the caller (through serve/migrate.py, so a choice
 whose replica dies continues elsewhere on its own). The merged stream:
 - waits for every choice's first delta before it yields anything, so an error of any
   choice before its first output is the whole request's error (a 4xx or 503 as for
   n=1), never a half-sent response;
 - then yields deltas as they come, each with `index` = its choice, and with
-  prompt_tokens the prompt's (once) and completion_tokens the request's running total
+  prompt_tokens the prompts' (each once) and completion_tokens the request's running total
   (summed over choices), which is what usage and admission count;
 - an error of one choice after that ends the whole stream with that error; closing the
   stream (the client went away, or an error) cancels and closes every choice's stream,
@@ -21,6 +23,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from agentserve.api.prompts import prompts_of
 from agentserve.engine.protocol import Delta, EngineRequest, EngineUnavailableError, aclose_stream
 
 __all__ = ["choice_requests", "fan_out"]
@@ -31,54 +34,71 @@ OpenStream = Callable[[EngineRequest], AsyncIterator[Delta]]
 
 
 def choice_requests(request: EngineRequest) -> list[EngineRequest]:
-    """The engine requests of `request`'s choices: [request] itself when n is 1 (pure)."""
+    """The engine requests of `request`'s choices: [request] itself when it has one
+    (pure). Choice p * n + j is prompt p's choice j (a completion batch, api/prompts.py)."""
     body = request.body
     n = getattr(body, "n", None) or 1
-    if n == 1:
+    prompts = prompts_of(request.kind, body)
+    if n == 1 and (prompts is None or len(prompts) <= 1):
         return [request]
     seed = getattr(body, "seed", None)
     out = []
-    for i in range(n):
-        update: dict = {"n": 1}
-        if seed is not None:
-            update["seed"] = seed + i if seed + i <= _SEED_MAX else seed - i
-        out.append(
-            dataclasses.replace(
-                request, request_id=f"{request.request_id}-{i}", body=body.model_copy(update=update)
+    for p, prompt in enumerate(prompts if prompts and len(prompts) > 1 else [None]):
+        for j in range(n):
+            update: dict = {"n": 1}
+            if prompt is not None:
+                update["prompt"] = prompt
+            if seed is not None:
+                update["seed"] = seed + j if seed + j <= _SEED_MAX else seed - j
+            out.append(
+                dataclasses.replace(
+                    request,
+                    request_id=f"{request.request_id}-{p * n + j}",
+                    body=body.model_copy(update=update),
+                )
             )
-        )
     return out
 
 
 def fan_out(request: EngineRequest, open_stream: OpenStream) -> AsyncIterator[Delta]:
-    """`open_stream(request)` for n=1; else the merged stream of its choices (see above)."""
+    """`open_stream(request)` for one choice; else the merged stream of its choices."""
     requests = choice_requests(request)
     if len(requests) == 1:
         return open_stream(request)
-    return _merged([open_stream(r) for r in requests])
+    n = getattr(request.body, "n", None) or 1
+    return _merged([open_stream(r) for r in requests], [i // n for i in range(len(requests))])
 
 
-async def _merged(streams: Sequence[AsyncIterator[Delta]]) -> AsyncIterator[Delta]:
+async def _merged(
+    streams: Sequence[AsyncIterator[Delta]], prompt_of: Sequence[int]
+) -> AsyncIterator[Delta]:
+    """`prompt_of[i]`: the prompt choice i answers (0 for every choice but in a batch)."""
     tokens = [0] * len(streams)  # each choice's completion tokens so far
     finished: dict[int, int] = {}  # choice -> the cached prompt tokens its finish reported
-    prompt = 0
+    prompts: dict[int, int] = {}  # prompt -> its tokens (every choice of it reports them)
     running: dict[asyncio.Future, int] = {}
 
+    def cached_total() -> int:
+        """Each prompt's cached tokens: the fewest any of its choices found (the others
+        find blocks a sibling just prefilled, which usage must not count as cached)."""
+        if len(finished) < len(streams):
+            return 0
+        fewest: dict[int, int] = {}
+        for i, cached in finished.items():
+            fewest[prompt_of[i]] = min(fewest.get(prompt_of[i], cached), cached)
+        return sum(fewest.values())
+
     def counted(i: int, delta: Delta) -> Delta:
-        nonlocal prompt
         tokens[i] = max(tokens[i], delta.completion_tokens)
-        prompt = max(prompt, delta.prompt_tokens)
-        # the prompt's cached tokens: the fewest any choice found (the others find blocks
-        # a sibling just prefilled, which the request's usage must not count as cached)
+        prompts[prompt_of[i]] = max(prompts.get(prompt_of[i], 0), delta.prompt_tokens)
         if delta.finish_reason is not None:
             finished[i] = delta.cached_tokens
-        cached = min(finished.values()) if len(finished) == len(streams) else 0
         return dataclasses.replace(
             delta,
             index=i,
-            prompt_tokens=prompt,
+            prompt_tokens=sum(prompts.values()),
             completion_tokens=sum(tokens),
-            cached_tokens=cached,
+            cached_tokens=cached_total(),
         )
 
     def next_of(i: int) -> None:

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 
 from agentserve.api.errors import error_body
 from agentserve.api.openai import ResponseBuilder
+from agentserve.api.prompts import choice_count
 from agentserve.api.responses import ResponsesRequest
 from agentserve.api.responses_render import ResponsesBuilder
 from agentserve.api.sse import ChatFrames
@@ -50,7 +51,7 @@ class Reply:
             self.frames: ChatFrames | ResponsesBuilder = builder
         else:
             builder = ResponseBuilder(
-                kind, request_id, body.model, _include_usage(body), body.n or 1
+                kind, request_id, body.model, _include_usage(body), choice_count(kind, body)
             )
             self.frames = ChatFrames(builder)
         self.builder: ResponseBuilder | ResponsesBuilder = builder
