@@ -317,6 +317,8 @@ def run(args: argparse.Namespace) -> int:
         records, scores, default, Path(args.docs), command=command,
         wall_s=time.perf_counter() - started, machine=machine, keep_served=keep,
     )  # fmt: skip
+    if args.keep_other_rows:  # the default and its flags from every row of this kind of CPU,
+        return report_only(args)  # not from this run's alone (a variant run decides nothing)
     print(f"default by the served rule: {default}; scores {scores}")
     print(f"written: {', '.join(map(str, out))}")
     return 0

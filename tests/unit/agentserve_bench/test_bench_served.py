@@ -319,3 +319,39 @@ def test_a_speculative_row_records_the_schedule_it_ran_with():
     assert "schedule" not in row(server="agentserve", method="none", k=0, **common)
     no_schedule = {**common, "schedule": None}
     assert "schedule" not in row(server="agentserve", method="ngram", k=8, **no_schedule)
+
+
+def test_a_variant_run_keeping_other_rows_leaves_the_default_to_all_of_them(tmp_path, monkeypatch):
+    """A run of a variant only (here schedule off), with --keep-other-rows, decides nothing
+    by itself: the default, its flags and the section come from every row of the kind of
+    CPU, the kept default-settings rows included (it said "Default: none" before)."""
+    import argparse
+
+    from agentserve.engine.cpu_info import read_cpu_info
+    from agentserve_bench import speculative_served
+
+    machine = read_cpu_info().as_dict()
+    kept = [{**r, "machine": machine, "date": "2026-01-01", "command": "kept"}
+            for r in fill_ratios(_grid({"ngram": _all(2.0)}), "ngram", 4)]  # fmt: skip
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "speculative.json").write_text(json.dumps(kept))
+    (tmp_path / "benchmarks.md").write_text("# Benchmarks\n")
+
+    def measure(server, method, k, spec, args, conversations, machine_, settings, logs):
+        rows = [_row(method, w, c, 30.0 if method == "none" else 90.0, k=k)
+                for w in ("coding", "agent") for c in (1, 4)]  # fmt: skip
+        return [{**r, "settings": settings, "machine": machine_} for r in rows]
+
+    monkeypatch.setattr(speculative_served, "_measure", measure)
+    parser = argparse.ArgumentParser()
+    speculative_served.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["speculative-served", "--methods", "ngram:8", "--schedule", "off",
+                              "--peer-methods", "", "--keep-other-rows", "--engine", "fake",
+                              "--num-prompts", "1", "--docs", str(tmp_path)])  # fmt: skip
+    assert speculative_served.run(args) == 0
+    saved = json.loads((tmp_path / "benchmarks" / "speculative.json").read_text())
+    off = [r for r in saved if r["settings"].endswith("schedule-off")]
+    assert len(off) == 8 and not any(r.get("default") for r in off)
+    assert sum(1 for r in saved if r.get("default")) == 4  # the kept ngram rows still
+    doc = (tmp_path / "benchmarks.md").read_text()
+    assert f"- `{machine['cpu_class']}`: ngram:4 2.00x. **Default: ngram.**" in doc
