@@ -23,7 +23,12 @@ import dataclasses
 import math
 
 from agentserve.autoscale.calibrated_model import calibrated_latency_model
-from agentserve.autoscale.model import LatencyModel, alpha_from_tau, speculation_schedule
+from agentserve.autoscale.model import (
+    LatencyModel,
+    alpha_from_tau,
+    drafted_for,
+    speculation_schedule,
+)
 from agentserve.spec import (
     BUNDLED_MODEL,
     DFLASH_METHODS,
@@ -84,28 +89,31 @@ def draft_rate_from_served(records: list[dict]) -> dict[str, float]:
 
 def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]]:
     """(alpha_1, alpha_drop_per_doubling) per method from served records (pure): alpha is
-    the per-token acceptance whose geometric tau at the record's k matches the measured
-    tau, pooled over workloads by mean; the drop is fitted between concurrency 1 and the
-    highest concurrency measured (0 when that is 1 or acceptance does not fall). Where a
-    method has rows measured with the schedule off (cpu_settings.SCHEDULE_OFF), only those
-    count: they drafted the record's k at every batch, where the schedule may have drafted
-    fewer, or none (a method whose fitted acceptance says drafting does not pay is never
-    measured drafting under it, so its fit could not move otherwise)."""
-    from agentserve.engine.cpu_settings import schedule_off
+    the per-token acceptance whose geometric tau at the k the row drafted matches the
+    measured tau, pooled over workloads by mean; the drop is fitted between concurrency 1
+    and the highest concurrency measured (0 when that is 1 or acceptance does not fall).
 
+    Which rows say what k they drafted (`_drafted_k`): a row measured with the schedule
+    off (cpu_settings.SCHEDULE_OFF) drafted its k at every batch; a row under a schedule it
+    recorded drafted, at concurrency 1, the schedule's k for batch 1, and at a higher
+    concurrency a mix of batch sizes (no single k); a row from before rows recorded their
+    schedule says nothing sure. Where a method has rows that say, only those count: a
+    schedule may have drafted fewer than the row's k, or none (a c=4 n-gram row reporting
+    k=8 with the tau of steps that drafted 2 made prompt lookup's acceptance seem to fall
+    with the batch; at a fixed k its tau is the same at c=4 as at c=1)."""
     rows = [
         r
         for r in records
         if r.get("path") == "served" and r.get("server") == "agentserve" and r.get("tau")
         and r["method"] != "none" and r["tau"] > 1.0
     ]  # fmt: skip
-
-    off = {r["method"] for r in rows if schedule_off(r.get("settings"))}
+    sure = {r["method"] for r in rows if _drafted_k(r) is not None}
     by: dict[str, dict[int, list[float]]] = {}
     for r in rows:
-        if r["method"] in off and not schedule_off(r.get("settings")):
+        k = _drafted_k(r)
+        if k is None and r["method"] in sure:
             continue
-        alpha = alpha_from_tau(r["tau"], r["num_speculative_tokens"])
+        alpha = alpha_from_tau(r["tau"], k if k is not None else r["num_speculative_tokens"])
         by.setdefault(r["method"], {}).setdefault(r["concurrency"], []).append(alpha)
     out = {}
     for method, per_c in by.items():
@@ -119,6 +127,19 @@ def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]
             drop = max(0.0, (a1 - a_top) / math.log2(top))
         out[method] = (round(a1, 3), round(drop, 3))
     return out
+
+
+def _drafted_k(row: dict) -> int | None:
+    """The k a served row drafted at each of its steps, where the row says (see
+    acceptance_from_served); None where it does not, or where it drafted nothing."""
+    from agentserve.engine.cpu_settings import schedule_off
+
+    if schedule_off(row.get("settings")):
+        return row["num_speculative_tokens"]
+    schedule = row.get("schedule")
+    if not schedule or row["concurrency"] != 1:
+        return None
+    return drafted_for([tuple(r) for r in schedule], 1) or None
 
 
 def latency_model_for(model: ModelSpec, machine: str | None = None) -> LatencyModel | None:

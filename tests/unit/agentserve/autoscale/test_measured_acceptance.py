@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from agentserve.autoscale.model import LatencyModel
+from agentserve.autoscale.model import LatencyModel, alpha_from_tau
 from agentserve.autoscale.spec_schedule import (
     MEASURED_ACCEPTANCE,
     MEASURED_DRAFT_RATE,
@@ -56,6 +56,28 @@ def test_rows_drafting_at_every_batch_replace_the_scheduled_ones():
     assert LatencyModel(alpha_1=got["dflash"][0]).tau(1, 3) == pytest.approx(1.8, abs=0.01)
     assert got["dflash"][1] == 0.0
     assert LatencyModel(alpha_1=got["ngram"][0]).tau(1, 4) == pytest.approx(3.0, abs=0.01)
+
+
+def test_a_row_counts_at_the_k_its_recorded_schedule_drafted():
+    """Rows record their schedule: at concurrency 1 the row drafted the schedule's k for
+    batch 1 (here 6 of a configured 8); at concurrency 4 a mix of batch sizes, so only
+    schedule-off rows give the drop. Prompt lookup's tau at a fixed k is the same at any
+    batch (measured: 5.07 at c=1 and c=4), so its fitted drop is 0, however low the tau
+    of a c=4 row under a schedule that drafted 2 there."""
+    schedule = [[1, 1, 6], [2, 3, 4], [4, 8, 2]]
+    records = [
+        {**_rec("ngram", 8, 1, 4.0), "settings": "s", "schedule": schedule},
+        {**_rec("ngram", 8, 4, 2.6), "settings": "s", "schedule": schedule},  # no single k
+        {**_rec("ngram", 8, 1, 5.0), "settings": "s/schedule-off"},
+        {**_rec("ngram", 8, 4, 5.0), "settings": "s/schedule-off"},
+        {**_rec("ngram", 8, 1, 9.0), "settings": "s"},  # no schedule recorded: ignored
+    ]  # fmt: skip
+    a1, drop = acceptance_from_served(records)["ngram"]
+    want = (alpha_from_tau(4.0, 6) + alpha_from_tau(5.0, 8)) / 2
+    assert a1 == pytest.approx(want, abs=1e-3)
+    assert drop == 0.0
+    legacy = acceptance_from_served(records[1:2] + records[4:])  # nothing says its k
+    assert legacy["ngram"][1] > 0  # the artefact the recorded schedules remove
 
 
 def test_table_follows_the_committed_served_figures():
