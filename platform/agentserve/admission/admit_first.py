@@ -18,7 +18,12 @@ from typing import Any
 
 from agentserve.admission.shares import AdmittedCall, token_reservation
 from agentserve.api.auth import Tenant
-from agentserve.api.prompts import choice_count
+from agentserve.api.prompts import (
+    MAX_BATCH_CHOICES,
+    MAX_PROMPTS,
+    choice_count,
+    split_prompts,
+)
 from agentserve.api.validate import MAX_CHOICES
 from agentserve.engine.protocol import RequestKind
 from agentserve.serve.parsing import INLINE_BODY_BYTES, RequestParser
@@ -87,6 +92,9 @@ def admission_view(kind: RequestKind, data: Any, body_bytes: int = 0) -> SimpleN
         prompt = data.get("prompt")
         if not isinstance(prompt, (str, list)):
             return None
+        batch = len(split_prompts(prompt))
+        if batch > MAX_PROMPTS or batch * (n or 1) > MAX_BATCH_CHOICES:
+            return None  # validation's 400, not a place in the queue it will never use
         fields["prompt"] = prompt
     return SimpleNamespace(**fields)
 

@@ -20,7 +20,12 @@ from typing import Any
 
 from agentserve.admission.quota import Lease
 from agentserve.api.auth import Tenant
-from agentserve.api.errors import ModelNotFoundError, OverloadedError, RateLimitError
+from agentserve.api.errors import (
+    InvalidRequestError,
+    ModelNotFoundError,
+    OverloadedError,
+    RateLimitError,
+)
 from agentserve.api.prompts import prompts_of
 from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.spec import DeploymentSpec, ModelSpec
@@ -81,11 +86,21 @@ class QueueShares:
 
     def admit(self, model: str, tenant: Tenant, count: int = 1) -> None:
         """Count one request of `count` choices (each an engine sequence) as `count`
-        places; ModelNotFoundError (404), OverloadedError (503, the model is full) or
-        RateLimitError (429, the tenant is past its fair share)."""
+        places; ModelNotFoundError (404), InvalidRequestError (400, more choices than the
+        model ever admits at once for the tenant), OverloadedError (503, the model is full)
+        or RateLimitError (429, the tenant is past its fair share)."""
         if model not in self.in_flight:
             raise ModelNotFoundError(model, sorted(self.in_flight))
         total, capacity = self.in_flight[model], self.capacity[model]
+        most = self._most_ever(capacity, tenant)
+        if count > most:  # not even on an idle model: retrying cannot help
+            raise InvalidRequestError(
+                f"this request's {count} choices (n, times a batch's prompts) are more than "
+                f"model {model!r} ever queues at once for tenant {tenant.name!r} ({most}); "
+                "send fewer prompts or a smaller n",
+                param="n",
+                code="too_many_choices",
+            )
         if total + count > capacity:
             raise OverloadedError(
                 f"model {model!r} has {total} requests queued or running; retry later"
@@ -114,6 +129,14 @@ class QueueShares:
             self._mine[model][tenant] = left
         else:
             self._mine[model].pop(tenant, None)
+
+    def _most_ever(self, capacity: int, tenant: Tenant) -> int:
+        """The most choices one request of `tenant` is admitted with on an idle model: the
+        capacity, less the other tenants' guarantees when it is past its own."""
+        if not self._shared(tenant):
+            return capacity
+        others = sum(self.guarantee(u) for u in self._tenants if u.name != tenant.name)
+        return max(self.guarantee(tenant), capacity - others)
 
     def _shared(self, tenant: Tenant) -> bool:
         return len(self._tenants) > 1 and not tenant.rate_limit.max_concurrent_requests

@@ -18,9 +18,11 @@ __all__ = ["MAX_BATCH_CHOICES", "MAX_PROMPTS", "check_prompts", "choice_count", 
 __all__ += ["split_prompts"]
 
 # A batch's prompts, and its prompts x n, at most: every choice is one engine request and
-# one place in the model's queue, so a batch weighs on the queue as that many requests.
-MAX_PROMPTS = 32
-MAX_BATCH_CHOICES = 32
+# one place in the model's queue and a slot toward its replicas (admission/priority.py: a
+# request needing more slots than a replica has waits for it to drain), and a stream's
+# first chunk waits for every choice's first token (serve/fanout.py).
+MAX_PROMPTS = 16
+MAX_BATCH_CHOICES = 16
 
 
 def split_prompts(prompt: Any) -> list[Any]:
@@ -49,15 +51,19 @@ def choice_count(kind: str, body: Any) -> int:
 
 
 def check_prompts(prompts: list[Any], n: int) -> None:
-    """400 for a completion with no prompt, an empty one in a batch, or a batch past
-    MAX_PROMPTS or MAX_BATCH_CHOICES (prompts x n)."""
+    """400 for a completion with no prompt, an empty token list, an empty prompt in a
+    batch, or a batch past MAX_PROMPTS or MAX_BATCH_CHOICES (prompts x n)."""
     if not prompts:
         raise InvalidRequestError(
             "'prompt' must be a string, a token list, or a non-empty list of either.",
             param="prompt",
         )
-    if len(prompts) > 1 and not all(prompts):
-        raise InvalidRequestError("Each prompt of a batch must be non-empty.", param="prompt")
+    if any(isinstance(p, list) and not p for p in prompts) or (
+        len(prompts) > 1 and not all(prompts)
+    ):
+        raise InvalidRequestError(
+            "A token-list prompt, and each prompt of a batch, must be non-empty.", param="prompt"
+        )
     if len(prompts) > MAX_PROMPTS:
         raise InvalidRequestError(
             f"'prompt' holds {len(prompts)} prompts; at most {MAX_PROMPTS} are taken in one "

@@ -35,18 +35,23 @@ OpenStream = Callable[[EngineRequest], AsyncIterator[Delta]]
 
 def choice_requests(request: EngineRequest) -> list[EngineRequest]:
     """The engine requests of `request`'s choices: [request] itself when it has one
-    (pure). Choice p * n + j is prompt p's choice j (a completion batch, api/prompts.py)."""
+    (pure; a batch of one prompt unwrapped to that prompt). Choice p * n + j is prompt p's
+    choice j (a completion batch, api/prompts.py)."""
     body = request.body
     n = getattr(body, "n", None) or 1
     prompts = prompts_of(request.kind, body)
     if n == 1 and (prompts is None or len(prompts) <= 1):
+        if prompts and prompts[0] is not body.prompt:  # a batch of one: its prompt alone
+            return [
+                dataclasses.replace(request, body=body.model_copy(update={"prompt": prompts[0]}))
+            ]
         return [request]
     seed = getattr(body, "seed", None)
     out = []
-    for p, prompt in enumerate(prompts if prompts and len(prompts) > 1 else [None]):
+    for p, prompt in enumerate(prompts or [None]):
         for j in range(n):
             update: dict = {"n": 1}
-            if prompt is not None:
+            if prompt is not None and prompt is not body.prompt:
                 update["prompt"] = prompt
             if seed is not None:
                 update["seed"] = seed + j if seed + j <= _SEED_MAX else seed - j

@@ -25,6 +25,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from agentserve import tracing as t
+from agentserve.api.prompts import split_prompts
 from agentserve.engine.protocol import Delta, EngineRequest, aclose_stream
 from agentserve.serve.delta_tracker import DeltaTracker
 
@@ -73,7 +74,7 @@ def request_attributes(body: object) -> dict[str, object]:
         return getattr(body, name, None) if given is None or name in given else None
 
     stop = get("stop")
-    n = get("n")
+    n = (get("n") or 1) * max(1, len(split_prompts(get("prompt"))))  # a batch: prompts x n
     found = {
         "gen_ai.request.max_tokens": get("max_completion_tokens") or get("max_tokens"),
         "gen_ai.request.temperature": get("temperature"),
@@ -82,7 +83,7 @@ def request_attributes(body: object) -> dict[str, object]:
         "gen_ai.request.frequency_penalty": get("frequency_penalty"),
         "gen_ai.request.presence_penalty": get("presence_penalty"),
         "gen_ai.request.stop_sequences": [stop] if isinstance(stop, str) else stop or None,
-        "gen_ai.request.choice.count": n if n not in (None, 1) else None,
+        "gen_ai.request.choice.count": n if n != 1 else None,
     }
     return {k: v for k, v in found.items() if v is not None}
 

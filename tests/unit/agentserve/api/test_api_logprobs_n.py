@@ -183,17 +183,18 @@ def test_out_of_bounds_are_400(kind, extra, param):
 
 
 def test_n_counts_n_places_in_the_queue():
-    """The model admits 4 sequences (2 running, 2 queued): n=4 fits alone, n=5 does not
-    (503), and each choice's place is given back."""
+    """The model admits 4 sequences (2 running, 2 queued): n=4 fits alone, n=5 never
+    does (400 too_many_choices: a retry could not help), and each choice's place is given
+    back."""
 
     async def run():
         model = {"max_num_seqs": 2, "replicas": {"max_replicas": 1}}
         client = await _client(model=model, max_queue_len=2)
         r = await client.chat.completions.create(model="m", messages=MSG, n=4, max_tokens=1)
         assert len(r.choices) == 4
-        with pytest.raises(openai.InternalServerError) as err:
+        with pytest.raises(openai.BadRequestError) as err:
             await client.chat.completions.create(model="m", messages=MSG, n=5, max_tokens=1)
-        assert err.value.status_code == 503
+        assert err.value.status_code == 400 and err.value.code == "too_many_choices"
         r = await client.chat.completions.create(model="m", messages=MSG, n=4, max_tokens=1)
         assert len(r.choices) == 4  # places released after the first
 

@@ -71,8 +71,12 @@ def test_choice_requests_split_a_batch_prompt_major_with_seed_per_choice():
     ]
     tokens = choice_requests(_completion(prompt=[[1, 2], [3]]))
     assert [r.body.prompt for r in tokens] == [[1, 2], [3]]
-    single = _completion(prompt=["only"])
-    assert choice_requests(single) == [single]  # a batch of one is the request itself
+    single = _completion(prompt="only")
+    assert choice_requests(single) == [single]  # one prompt: the request itself
+    (one,) = choice_requests(_completion(prompt=[[5, 6]]))  # a batch of one: unwrapped,
+    assert one.request_id == "r" and one.body.prompt == [5, 6]  # as vLLM reads it
+    pair = choice_requests(_completion(prompt=["x"], n=2))
+    assert [r.body.prompt for r in pair] == ["x", "x"]
 
 
 def test_merged_usage_counts_each_prompt_once_and_its_own_cached_tokens():
@@ -124,6 +128,7 @@ def test_a_streamed_token_batch_with_n_indexes_prompt_major():
         ([], 1, "prompt", "non-empty list"),
         (["a", ""], 1, "prompt", "must be non-empty"),
         ([[1], []], 1, "prompt", "must be non-empty"),
+        ([[]], 1, "prompt", "must be non-empty"),
         (["w"] * (MAX_PROMPTS + 1), 1, "prompt", f"at most {MAX_PROMPTS}"),
         (["w"] * 5, 8, "n", f"at most {MAX_BATCH_CHOICES}"),
     ],
@@ -164,3 +169,38 @@ def test_reservation_and_buffer_sum_over_the_prompts():
     no_limit = admission_view("completion", data)
     assert token_reservation("completion", no_limit, 64) == 64 + 64  # each one's context
     assert choice_count("completion", no_limit) == 2
+
+
+def test_an_oversized_batch_is_a_400_on_the_admit_first_path_too():
+    """A body with schemas (or over 64 KiB) is admitted before it is validated: a batch
+    past the limits must still get validation's 400, not a 503 "retry later"."""
+    client, engine = _client()
+    data = {"model": "m", "prompt": ["a"] * 100, "max_tokens": 2,
+            "response_format": {"type": "json_object"}}  # fmt: skip
+    r = client.post(URL, json=data)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+    assert not engine.requests
+
+
+def test_choices_no_idle_model_could_queue_are_a_400_not_a_retry():
+    from agentserve.admission.shares import QueueShares
+    from agentserve.api.auth import Tenant
+    from agentserve.api.errors import InvalidRequestError
+    from agentserve.spec import RateLimitSpec, SLASpec
+
+    tenants = [Tenant(f"t{i}", SLASpec(), RateLimitSpec()) for i in range(4)]
+    shares = QueueShares({"m": 20}, 16)  # each tenant is guaranteed 16 // 4 = 4 places
+    shares.set_tenants(tenants)
+    with pytest.raises(InvalidRequestError) as refused:
+        shares.admit("m", tenants[0], 9)  # 20 - the others' 3 x 4 = 8 at most, ever
+    assert refused.value.status == 400 and refused.value.code == "too_many_choices"
+    shares.admit("m", tenants[0], 8)  # the most: admitted on the idle model
+    assert shares.in_flight["m"] == 8
+
+
+def test_the_span_counts_a_batchs_choices():
+    from agentserve.serve.spans import request_attributes
+
+    attrs = request_attributes(_completion(prompt=["a", "b", "c"], n=2).body)
+    assert attrs["gen_ai.request.choice.count"] == 6
+    assert "gen_ai.request.choice.count" not in request_attributes(_completion(prompt="a").body)
