@@ -242,9 +242,11 @@ def _best_k(scores: dict[str, dict[str, Any]], method: str) -> int | None:
     return scores[method]["k"] if method in scores else None
 
 
-def report_only(args: argparse.Namespace) -> int:
+def report_only(args: argparse.Namespace, cpu_class: str | None = None) -> int:
     """Re-derive the ratios, default flags and the docs section from the committed served
-    rows (no measurement): after the default settings or the rule change."""
+    rows (no measurement): after the default settings or the rule change. The section's
+    header and the printed scores are `cpu_class`'s (default: the most recently measured
+    kind of CPU)."""
     import json
 
     figures = Path(args.docs) / "benchmarks" / "speculative.json"
@@ -255,7 +257,10 @@ def report_only(args: argparse.Namespace) -> int:
         default, scores = served_default(fill_ratios(rows_of_shipped_drafter(rows), None))
         records += fill_ratios(rows, default, _best_k(scores, default))
     # the section's header and scores: the most recently measured machine
-    latest = max(records, key=lambda r: r.get("date", ""))["machine"]
+    latest = max(
+        (r for r in records if cpu_class in (None, r["machine"].get("cpu_class"))),
+        key=lambda r: r.get("date", ""),
+    )["machine"]
     default, scores = served_default(
         rows_of_shipped_drafter(by_machine(records)[latest["cpu_class"]])
     )
@@ -318,7 +323,8 @@ def run(args: argparse.Namespace) -> int:
         wall_s=time.perf_counter() - started, machine=machine, keep_served=keep,
     )  # fmt: skip
     if args.keep_other_rows:  # the default and its flags from every row of this kind of CPU,
-        return report_only(args)  # not from this run's alone (a variant run decides nothing)
+        print(f"this run's rows alone: default {default}; scores {scores}")  # not these alone
+        return report_only(args, machine["cpu_class"])
     print(f"default by the served rule: {default}; scores {scores}")
     print(f"written: {', '.join(map(str, out))}")
     return 0

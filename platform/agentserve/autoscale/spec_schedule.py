@@ -100,7 +100,10 @@ def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]
     schedule says nothing sure. Where a method has rows that say, only those count: a
     schedule may have drafted fewer than the row's k, or none (a c=4 n-gram row reporting
     k=8 with the tau of steps that drafted 2 made prompt lookup's acceptance seem to fall
-    with the batch; at a fixed k its tau is the same at c=4 as at c=1)."""
+    with the batch; at a fixed k its tau is the same at c=4 as at c=1). The drop is fitted
+    from rows that drafted one k at every concurrency where the method has any."""
+    from agentserve.engine.cpu_settings import schedule_off
+
     rows = [
         r
         for r in records
@@ -108,25 +111,34 @@ def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]
         and r["method"] != "none" and r["tau"] > 1.0
     ]  # fmt: skip
     sure = {r["method"] for r in rows if _drafted_k(r) is not None}
-    by: dict[str, dict[int, list[float]]] = {}
+    by: dict[str, dict[int, list[float]]] = {}  # alphas per concurrency, rows that count
+    fixed: dict[str, dict[int, list[float]]] = {}  # the same k at every concurrency
     for r in rows:
         k = _drafted_k(r)
         if k is None and r["method"] in sure:
             continue
         alpha = alpha_from_tau(r["tau"], k if k is not None else r["num_speculative_tokens"])
         by.setdefault(r["method"], {}).setdefault(r["concurrency"], []).append(alpha)
+        if schedule_off(r.get("settings")):
+            fixed.setdefault(r["method"], {}).setdefault(r["concurrency"], []).append(alpha)
     out = {}
     for method, per_c in by.items():
         if 1 not in per_c:
             continue
-        a1 = sum(per_c[1]) / len(per_c[1])
-        top = max(per_c)
+        a1 = _mean(per_c[1])
+        # the drop from rows that drafted one k at every concurrency (the schedule-off
+        # ones), where a method has them: a c=1 row under a schedule has no c=4 twin
+        span = fixed.get(method, {}) if method in sure else per_c
+        top = max(span, default=1)
         drop = 0.0
-        if top > 1:
-            a_top = sum(per_c[top]) / len(per_c[top])
-            drop = max(0.0, (a1 - a_top) / math.log2(top))
+        if top > 1 and 1 in span:
+            drop = max(0.0, (_mean(span[1]) - _mean(span[top])) / math.log2(top))
         out[method] = (round(a1, 3), round(drop, 3))
     return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _drafted_k(row: dict) -> int | None:

@@ -331,7 +331,9 @@ def test_a_variant_run_keeping_other_rows_leaves_the_default_to_all_of_them(tmp_
     from agentserve_bench import speculative_served
 
     machine = read_cpu_info().as_dict()
-    kept = [{**r, "machine": machine, "date": "2026-01-01", "command": "kept"}
+    settings = default_settings(machine["cpu_class"])  # the rows that decide on this CPU
+    kept = [{**r, "machine": machine, "settings": settings, "date": "2026-01-01",
+             "command": "kept"}
             for r in fill_ratios(_grid({"ngram": _all(2.0)}), "ngram", 4)]  # fmt: skip
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "speculative.json").write_text(json.dumps(kept))

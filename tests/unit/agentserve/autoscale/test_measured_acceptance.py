@@ -76,6 +76,11 @@ def test_a_row_counts_at_the_k_its_recorded_schedule_drafted():
     want = (alpha_from_tau(4.0, 6) + alpha_from_tau(5.0, 8)) / 2
     assert a1 == pytest.approx(want, abs=1e-3)
     assert drop == 0.0
+    # a scheduled c=1 row with a higher alpha than the fixed-k rows moves alpha_1 only:
+    # the drop comes from rows that drafted one k at c=1 and c=4 alike
+    higher = {**_rec("ngram", 8, 1, 7.0, "agent"), "settings": "s", "schedule": schedule}
+    a1_more, drop_more = acceptance_from_served([*records, higher])["ngram"]
+    assert a1_more > a1 and drop_more == 0.0
     legacy = acceptance_from_served(records[1:2] + records[4:])  # nothing says its k
     assert legacy["ngram"][1] > 0  # the artefact the recorded schedules remove
 
