@@ -345,6 +345,8 @@ def test_a_variant_run_keeping_other_rows_leaves_the_default_to_all_of_them(tmp_
         return [{**r, "settings": settings, "machine": machine_} for r in rows]
 
     monkeypatch.setattr(speculative_served, "_measure", measure)
+    # the held-out conversations take ~20 s per workload to build; measure reads none
+    monkeypatch.setattr(speculative_served, "workload_messages", lambda workload, n: [])
     parser = argparse.ArgumentParser()
     speculative_served.add_parser(parser.add_subparsers())
     args = parser.parse_args(["speculative-served", "--methods", "ngram:8", "--schedule", "off",
