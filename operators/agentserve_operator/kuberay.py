@@ -96,8 +96,10 @@ def from_crd(crd: dict[str, Any]) -> KubeRay:
 class Detector:
     """The installed KubeRay, detected from the RayService CRD (about 1 MB to fetch and
     parse) at most once per `ttl_s`, not on every reconcile of every CR: a KubeRay upgraded
-    under the running operator is seen within `ttl_s`. An unsupported one is remembered
-    as well; a failed read (API error) is not, it propagates and the next call retries."""
+    under the running operator is seen within `ttl_s`, or at once when an apply finds the
+    schema changed (`forget`, called on SchemaMismatch). An unsupported one is remembered
+    as well; an absent CRD (KubeRay not installed yet) and a failed read (API error) are
+    not: the next call reads again."""
 
     def __init__(self, read_crd: Callable[[str], dict[str, Any] | None],
                  ttl_s: float = DETECT_TTL_S,
@@ -113,14 +115,22 @@ class Detector:
         UnsupportedKubeRay."""
         now = self._clock()
         if self._at is None or now - self._at >= self._ttl_s:
+            crd = self._read_crd(RAYSERVICE_CRD)
             try:
-                self._found = resolve(None, self._read_crd(RAYSERVICE_CRD))
+                self._found = resolve(None, crd)
             except UnsupportedKubeRay as err:
                 self._found = str(err)
-            self._at = now
+            # no CRD yet: render for DEFAULT, and read again next time (KubeRay installed
+            # after the operator must not get DEFAULT's fields for a whole TTL)
+            self._at = now if crd is not None else None
         if isinstance(self._found, str):
             raise UnsupportedKubeRay(self._found)
         return self._found
+
+    def forget(self) -> None:
+        """Read the CRD again on the next call: the API server refused a field the detected
+        version has (KubeRay replaced under the operator)."""
+        self._at = None
 
 
 def _check(named: str) -> Version:

@@ -17,7 +17,14 @@ from agentserve_operator.plan import Action, ObjectRef, plan
 from agentserve_operator.references import check_references
 from agentserve_operator.status import Observation, compute_status, invalid_status
 
-__all__ = ["Cluster", "ClusterError", "ReconcileResult", "RetriableClusterError", "reconcile"]
+__all__ = [
+    "Cluster",
+    "ClusterError",
+    "ReconcileResult",
+    "RetriableClusterError",
+    "SchemaMismatch",
+    "reconcile",
+]
 
 MONITORING_CRD = "servicemonitors.monitoring.coreos.com"
 
@@ -28,6 +35,11 @@ class ClusterError(Exception):
 
 class RetriableClusterError(ClusterError):
     """A transient API failure (connection, 5xx, 429, 409 conflict): retry with backoff."""
+
+
+class SchemaMismatch(ClusterError):
+    """The API server refused a field the object's CRD does not define (strict field
+    validation, 422 "unknown field"): the operator rendered for another KubeRay version."""
 
 
 class Cluster(Protocol):
@@ -98,6 +110,18 @@ def _apply(cluster: Cluster, actions: list[Action]) -> None:
             cluster.delete(action.ref)
 
 
+def _apply_rendered(cluster: Cluster, actions: list[Action],
+                    detector: kr.Detector | None) -> None:  # fmt: skip
+    """_apply; on SchemaMismatch the detected KubeRay is forgotten (read again on the retry,
+    not after its TTL) and the failure is retriable."""
+    try:
+        _apply(cluster, actions)
+    except SchemaMismatch as err:
+        if detector is not None:
+            detector.forget()
+        raise RetriableClusterError(f"{err}; re-reading the installed KubeRay version") from err
+
+
 def _reject(cluster: Cluster, cr: dict[str, Any], err: r.InvalidResource,
             previous: list[dict[str, Any]], now: str) -> ReconcileResult:  # fmt: skip
     meta = cr["metadata"]
@@ -129,7 +153,7 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str,
     monitoring = cluster.crd_exists(MONITORING_CRD)
     desired = m.children(d, monitoring_available=monitoring, kuberay=kuberay_version)
     actions = plan(desired, observe(cluster, d, monitoring), d.uid)
-    _apply(cluster, actions)
+    _apply_rendered(cluster, actions, kuberay)
     rayservice = cluster.get(ObjectRef.of(m.rayservice(d)))
     status = compute_status(d, Observation(rayservice, pods), len(actions), previous, now)
     if _changed(cr.get("status") or {}, status):
