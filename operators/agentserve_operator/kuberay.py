@@ -6,7 +6,7 @@ Supported (docs/kubernetes.md, "Supported KubeRay versions"):
 | KubeRay | RayService schema                          | what the operator renders           |
 |---------|--------------------------------------------|-------------------------------------|
 | 1.4.x   | no rayClusterConfig.authOptions            | no Ray token auth (NetworkPolicy)    |
-| 1.5.x   | authOptions                                 | token auth (authOptions mode token)  |
+| 1.5.x   | authOptions, upgradeStrategy.clusterUpgradeOptions | token auth; incremental upgrade |
 | 1.6.x   | authOptions, rayClusterConfig.upgradeStrategy | token auth                         |
 
 Anything older is refused with a message naming the versions above: a RayService CRD without
@@ -42,11 +42,11 @@ DETECT_TTL_S = 600.0  # how long a detected KubeRay version is trusted (upgrades
 Version = Literal["1.4", "1.5", "1.6"]
 UPGRADE_TYPES: dict[str, tuple[str, ...]] = {
     # RayService spec.upgradeStrategy.type values KubeRay's controller accepts (the CRD
-    # types it as any string); NewClusterWithIncrementalUpgrade (1.5+) also needs the
-    # RayServiceIncrementalUpgrade feature gate and the Gateway API: not rendered
+    # types it as any string; utils/validation.go ValidateRayServiceSpec); 1.5 adds
+    # NewClusterWithIncrementalUpgrade with spec.upgradeStrategy.clusterUpgradeOptions
     "1.4": ("NewCluster", "None"),
-    "1.5": ("NewCluster", "None"),
-    "1.6": ("NewCluster", "None"),
+    "1.5": ("NewCluster", "None", "NewClusterWithIncrementalUpgrade"),
+    "1.6": ("NewCluster", "None", "NewClusterWithIncrementalUpgrade"),
 }
 
 
@@ -64,6 +64,12 @@ class KubeRay:
     def auth_options(self) -> bool:
         """rayClusterConfig.authOptions (Ray token auth) exists: KubeRay >= 1.5."""
         return self.version != "1.4"
+
+    @property
+    def incremental_upgrade(self) -> bool:
+        """upgradeStrategy NewClusterWithIncrementalUpgrade (clusterUpgradeOptions) exists:
+        KubeRay >= 1.5."""
+        return "NewClusterWithIncrementalUpgrade" in UPGRADE_TYPES[self.version]
 
 
 def resolve(named: str | None, crd: dict[str, Any] | None) -> KubeRay:

@@ -16,6 +16,7 @@ from agentserve_operator.key_salt import ensure_salt, head_pods_have_salt
 from agentserve_operator.plan import Action, ObjectRef, plan
 from agentserve_operator.references import check_references
 from agentserve_operator.status import Observation, compute_status, invalid_status
+from agentserve_operator.upgrade import check_upgrade
 
 __all__ = [
     "Cluster",
@@ -148,6 +149,7 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str,
     try:
         d = load_desired(cluster, cr, salted=head_pods_have_salt(pods))
         kuberay_version = _kuberay(cluster, d, kuberay)
+        check_upgrade(d.kube, kuberay_version, _hub_cache_claim(cluster, d))
     except r.InvalidResource as err:
         return _reject(cluster, cr, err, previous, now)
     monitoring = cluster.crd_exists(MONITORING_CRD)
@@ -174,6 +176,14 @@ def _kuberay(cluster: Cluster, d: r.Desired, detector: kr.Detector | None) -> kr
         raise r.InvalidResource(
             f"invalid AgentServe: {err}", [("kubernetes.kuberay_version", str(err))]
         ) from None
+
+
+def _hub_cache_claim(cluster: Cluster, d: r.Desired) -> dict[str, Any] | None:
+    """The hub cache PersistentVolumeClaim as stored (its accessModes), or None."""
+    if d.kube.hub_cache is None:
+        return None
+    ref = ObjectRef("v1", "PersistentVolumeClaim", d.namespace, d.kube.hub_cache.claim_name)
+    return cluster.get(ref)
 
 
 def _changed(old: dict[str, Any], new: dict[str, Any]) -> bool:

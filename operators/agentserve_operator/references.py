@@ -37,6 +37,9 @@ def references(kube: r.KubernetesSpec) -> list[tuple[str, str, str]]:
             ("kubernetes.hf_token_secret", "Secret", kube.hf_token_secret)]  # fmt: skip
     refs += [(f"kubernetes.env_from_secrets[{i}]", "Secret", name)
              for i, name in enumerate(kube.env_from_secrets)]  # fmt: skip
+    if kube.gcs_fault_tolerance is not None:
+        refs.append(("kubernetes.gcs_fault_tolerance.redis_password_secret", "Secret",
+                     kube.gcs_fault_tolerance.redis_password_secret))  # fmt: skip
     for field, volume in (("model_volume", kube.model_volume), ("hub_cache", kube.hub_cache)):
         if volume is not None:
             refs.append((f"kubernetes.{field}.claim_name", "PersistentVolumeClaim",

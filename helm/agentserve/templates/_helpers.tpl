@@ -124,6 +124,10 @@ namespace when the chart creates its AgentServe there (else nobody would reconci
   - apiGroups: [networking.k8s.io]
     resources: [networkpolicies]
     verbs: [get, create, patch, delete]
+  # the model replica pods' PodDisruptionBudget (kubernetes.worker_max_unavailable)
+  - apiGroups: [policy]
+    resources: [poddisruptionbudgets]
+    verbs: [get, create, patch, delete]
   # get: key Secrets and the labels of referenced ones; create: each AgentServe's key salt
   # (never update, patch or delete: the salt is owned by its AgentServe)
   - apiGroups: [""]
