@@ -6,6 +6,7 @@ fake.FakeCluster in tests). Safe to run any number of times: a second run applie
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,7 +16,8 @@ from agentserve_operator import resource as r
 from agentserve_operator.key_salt import ensure_salt, head_pods_have_salt
 from agentserve_operator.plan import Action, ObjectRef, plan
 from agentserve_operator.references import check_references
-from agentserve_operator.status import Observation, compute_status, invalid_status
+from agentserve_operator.serve_probe import status_url
+from agentserve_operator.status import Observation, active_cluster, compute_status, invalid_status
 from agentserve_operator.upgrade import check_upgrade
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
 ]
 
 MONITORING_CRD = "servicemonitors.monitoring.coreos.com"
+ServeReader = Callable[[str], "dict[str, Any] | None"]  # URL -> Serve's /status body
 
 
 class ClusterError(Exception):
@@ -135,10 +138,12 @@ def _reject(cluster: Cluster, cr: dict[str, Any], err: r.InvalidResource,
 
 
 def reconcile(cluster: Cluster, cr: dict[str, Any], now: str,
-              kuberay: kr.Detector | None = None) -> ReconcileResult:  # fmt: skip
+              kuberay: kr.Detector | None = None,
+              read_serve: ServeReader | None = None) -> ReconcileResult:  # fmt: skip
     """Bring the cluster to the CR's spec and write its status; `now` is RFC 3339 UTC;
     `kuberay` detects the installed KubeRay (the operator shares one, which caches it;
-    None: read the CRD now).
+    None: read the CRD now); `read_serve` reads Serve's status from a URL
+    (serve_probe.fetch_status; None: not read, status falls back on pods and KubeRay).
 
     An invalid spec leaves the running children untouched and is reported in status and an
     Event (the result carries the error). API failures raise ClusterError.
@@ -157,7 +162,8 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str,
     actions = plan(desired, observe(cluster, d, monitoring), d.uid)
     _apply_rendered(cluster, actions, kuberay)
     rayservice = cluster.get(ObjectRef.of(m.rayservice(d)))
-    status = compute_status(d, Observation(rayservice, pods), len(actions), previous, now)
+    obs = _observation(d, rayservice, pods, cr.get("status") or {}, read_serve)
+    status = compute_status(d, obs, len(actions), previous, now)
     if _changed(cr.get("status") or {}, status):
         cluster.patch_status(d.namespace, d.name, status)
     return ReconcileResult(actions, status)
@@ -176,6 +182,22 @@ def _kuberay(cluster: Cluster, d: r.Desired, detector: kr.Detector | None) -> kr
         raise r.InvalidResource(
             f"invalid AgentServe: {err}", [("kubernetes.kuberay_version", str(err))]
         ) from None
+
+
+def _observation(
+    d: r.Desired,
+    rayservice: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    old_status: dict[str, Any],
+    read_serve: ServeReader | None,
+) -> Observation:
+    """What status is computed from: Serve's own status read from the active cluster's
+    ingress when `read_serve` is given, and the ready replicas the last status showed."""
+    url = status_url(d, pods, active_cluster(rayservice)) if read_serve else None
+    serve = read_serve(url) if read_serve and url else None
+    previous = {x.get("name"): int(x.get("readyReplicas") or 0)
+                for x in old_status.get("models") or [] if isinstance(x, dict)}  # fmt: skip
+    return Observation(rayservice, pods, serve, previous)
 
 
 def _hub_cache_claim(cluster: Cluster, d: r.Desired) -> dict[str, Any] | None:
