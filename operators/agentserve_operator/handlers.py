@@ -33,6 +33,7 @@ from agentserve_operator.reconcile import (
     reconcile,
 )
 from agentserve_operator.resync import indexed_bodies, resync_forever
+from agentserve_operator.serve_probe import fetch_status
 
 __all__ = ["run_reconcile"]
 
@@ -51,7 +52,7 @@ def run_reconcile(cluster: Cluster, metrics: OperatorMetrics, body: Any,
     """Reconcile one CR body, counting outcomes; API failures -> kopf.TemporaryError."""
     with metrics.timed():
         try:
-            result = reconcile(cluster, _plain(body), _now(), kuberay)
+            result = reconcile(cluster, _plain(body), _now(), kuberay, fetch_status)
         except RetriableClusterError as err:
             metrics.reconciles.labels("retry").inc()
             raise kopf.TemporaryError(str(err), delay=RETRY_DELAY_S) from err

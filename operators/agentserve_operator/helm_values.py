@@ -157,6 +157,39 @@ def _addons() -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _exposure() -> dict[str, Any]:
+    """modelDefaults, service and ingress: the device default and how the endpoint is
+    reached from outside (templates/ingress.yaml, agentserve.checkExposure)."""
+    return {
+        "modelDefaults": _obj(
+            {"numGpus": {"type": "integer", "minimum": 0,
+                         "description": "GPUs of `model` when replicas.num_gpus is unset "
+                         "(not for source `bundled`, the CPU demo)."}},
+            "Defaults of `model`.",
+        ),
+        "service": _obj(
+            {"allowPlaintext": _bool("Allow a LoadBalancer/NodePort endpoint Service or an "
+                                     "Ingress without TLS (plain HTTP).")},
+            "The OpenAI endpoint Service.",
+        ),
+        "ingress": _obj(
+            {"enabled": _bool("Create an Ingress (TLS) for the OpenAI endpoint."),
+             "className": _str("IngressClass; empty = the cluster default."),
+             "host": _str("Host name clients use."),
+             "annotations": {"type": "object", "additionalProperties": {"type": "string"},
+                             "description": "Extra Ingress annotations."},
+             "tls": _obj({"secretName": _str("kubernetes.io/tls Secret; empty = "
+                                             "<agentServe.name>-tls (cert-manager).")},
+                         "TLS certificate."),
+             "certManager": _obj(
+                 {"clusterIssuer": _str("cert-manager ClusterIssuer."),
+                  "issuer": _str("cert-manager Issuer of the release namespace.")},
+                 "cert-manager annotations.")},
+            "HTTPS Ingress (networking.k8s.io/v1) for the OpenAI endpoint.",
+        ),
+    }  # fmt: skip
+
+
 def values_schema() -> dict[str, Any]:
     """The whole values.schema.json (draft-07)."""
     model = json_schema(inline_schema(ModelSpec.model_json_schema(mode="validation")))
@@ -188,6 +221,7 @@ def values_schema() -> dict[str, Any]:
             "agentServe": _first_resource(),
             "apiKeys": _api_keys(),
             **_hub(),
+            **_exposure(),
             **_addons(),
         },
     }  # fmt: skip

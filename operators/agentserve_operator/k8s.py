@@ -18,11 +18,15 @@ from urllib3.exceptions import HTTPError
 
 from agentserve_operator import resource as r
 from agentserve_operator.plan import ObjectRef
-from agentserve_operator.reconcile import ClusterError, RetriableClusterError
+from agentserve_operator.reconcile import ClusterError, RetriableClusterError, SchemaMismatch
 
 __all__ = ["KubeCluster", "load_config"]
 
 _RETRIABLE = {409, 429, 500, 502, 503, 504}
+# objects applied with strict field validation: a field their CRD lacks is a 422, not
+# silently pruned (which would re-apply it every resync for ever); their schema depends on
+# the KubeRay version installed (kuberay.py)
+_STRICT_GROUPS = ("ray.io/",)
 
 
 def load_config() -> client.ApiClient:
@@ -36,6 +40,9 @@ def load_config() -> client.ApiClient:
 
 def _translate(err: Exception, what: str) -> ClusterError:
     status = getattr(err, "status", None)
+    body = str(getattr(err, "body", "") or "")
+    if status == 422 and "unknown field" in body:
+        return SchemaMismatch(f"{what}: {status} {body[:500]}")
     if isinstance(err, HTTPError) or status in _RETRIABLE:
         return RetriableClusterError(f"{what}: {status or ''} {err}".strip())
     return ClusterError(f"{what}: {status} {getattr(err, 'reason', err)}")
@@ -66,9 +73,11 @@ class KubeCluster:
         ref = ObjectRef.of(obj)
         try:
             res = self._resource(ref.api_version, ref.kind)
+            strict = ref.api_version.startswith(_STRICT_GROUPS)
             out = self.dynamic.server_side_apply(
                 res, body=obj, namespace=ref.namespace,
                 field_manager=r.FIELD_MANAGER, force_conflicts=True,
+                query_params=[("fieldValidation", "Strict")] if strict else [],
             )  # fmt: skip
             return out.to_dict()
         except ResourceNotFoundError as err:  # the CRD (e.g. KubeRay's) is not installed

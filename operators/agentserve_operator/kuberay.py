@@ -6,7 +6,7 @@ Supported (docs/kubernetes.md, "Supported KubeRay versions"):
 | KubeRay | RayService schema                          | what the operator renders           |
 |---------|--------------------------------------------|-------------------------------------|
 | 1.4.x   | no rayClusterConfig.authOptions            | no Ray token auth (NetworkPolicy)    |
-| 1.5.x   | authOptions                                 | token auth (authOptions mode token)  |
+| 1.5.x   | authOptions, upgradeStrategy.clusterUpgradeOptions | token auth; incremental upgrade |
 | 1.6.x   | authOptions, rayClusterConfig.upgradeStrategy | token auth                         |
 
 Anything older is refused with a message naming the versions above: a RayService CRD without
@@ -42,11 +42,11 @@ DETECT_TTL_S = 600.0  # how long a detected KubeRay version is trusted (upgrades
 Version = Literal["1.4", "1.5", "1.6"]
 UPGRADE_TYPES: dict[str, tuple[str, ...]] = {
     # RayService spec.upgradeStrategy.type values KubeRay's controller accepts (the CRD
-    # types it as any string); NewClusterWithIncrementalUpgrade (1.5+) also needs the
-    # RayServiceIncrementalUpgrade feature gate and the Gateway API: not rendered
+    # types it as any string; utils/validation.go ValidateRayServiceSpec); 1.5 adds
+    # NewClusterWithIncrementalUpgrade with spec.upgradeStrategy.clusterUpgradeOptions
     "1.4": ("NewCluster", "None"),
-    "1.5": ("NewCluster", "None"),
-    "1.6": ("NewCluster", "None"),
+    "1.5": ("NewCluster", "None", "NewClusterWithIncrementalUpgrade"),
+    "1.6": ("NewCluster", "None", "NewClusterWithIncrementalUpgrade"),
 }
 
 
@@ -64,6 +64,12 @@ class KubeRay:
     def auth_options(self) -> bool:
         """rayClusterConfig.authOptions (Ray token auth) exists: KubeRay >= 1.5."""
         return self.version != "1.4"
+
+    @property
+    def incremental_upgrade(self) -> bool:
+        """upgradeStrategy NewClusterWithIncrementalUpgrade (clusterUpgradeOptions) exists:
+        KubeRay >= 1.5."""
+        return "NewClusterWithIncrementalUpgrade" in UPGRADE_TYPES[self.version]
 
 
 def resolve(named: str | None, crd: dict[str, Any] | None) -> KubeRay:
@@ -96,8 +102,10 @@ def from_crd(crd: dict[str, Any]) -> KubeRay:
 class Detector:
     """The installed KubeRay, detected from the RayService CRD (about 1 MB to fetch and
     parse) at most once per `ttl_s`, not on every reconcile of every CR: a KubeRay upgraded
-    under the running operator is seen within `ttl_s`. An unsupported one is remembered
-    as well; a failed read (API error) is not, it propagates and the next call retries."""
+    under the running operator is seen within `ttl_s`, or at once when an apply finds the
+    schema changed (`forget`, called on SchemaMismatch). An unsupported one is remembered
+    as well; an absent CRD (KubeRay not installed yet) and a failed read (API error) are
+    not: the next call reads again."""
 
     def __init__(self, read_crd: Callable[[str], dict[str, Any] | None],
                  ttl_s: float = DETECT_TTL_S,
@@ -113,14 +121,22 @@ class Detector:
         UnsupportedKubeRay."""
         now = self._clock()
         if self._at is None or now - self._at >= self._ttl_s:
+            crd = self._read_crd(RAYSERVICE_CRD)
             try:
-                self._found = resolve(None, self._read_crd(RAYSERVICE_CRD))
+                self._found = resolve(None, crd)
             except UnsupportedKubeRay as err:
                 self._found = str(err)
-            self._at = now
+            # no CRD yet: render for DEFAULT, and read again next time (KubeRay installed
+            # after the operator must not get DEFAULT's fields for a whole TTL)
+            self._at = now if crd is not None else None
         if isinstance(self._found, str):
             raise UnsupportedKubeRay(self._found)
         return self._found
+
+    def forget(self) -> None:
+        """Read the CRD again on the next call: the API server refused a field the detected
+        version has (KubeRay replaced under the operator)."""
+        self._at = None
 
 
 def _check(named: str) -> Version:

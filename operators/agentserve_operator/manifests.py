@@ -30,6 +30,7 @@ from agentserve.tenant_config import app_args, ingress_user_config
 
 from agentserve_operator import kuberay as kr
 from agentserve_operator import resource as r
+from agentserve_operator.disruption import pod_disruption_budget
 from agentserve_operator.pods import (
     DASHBOARD_AGENT_PORT,
     DASHBOARD_PORT,
@@ -46,6 +47,7 @@ from agentserve_operator.pods import (
     worker_group,
     worker_group_name,
 )
+from agentserve_operator.upgrade import upgrade_strategy
 
 __all__ = ["children", "names", "worker_group_name"]
 __all__ += ["HEAD_RESOURCE", "LABEL_COMPONENT", "LABEL_DEPLOYMENT", "LABEL_MODEL", "SPEC_MOUNT"]
@@ -61,6 +63,7 @@ API_VERSIONS = {
     "Service": "v1",
     "ServiceMonitor": "monitoring.coreos.com/v1",
     "PodMonitor": "monitoring.coreos.com/v1",
+    "PodDisruptionBudget": "policy/v1",
 }
 
 
@@ -75,6 +78,7 @@ KINDS = {
     "ServiceMonitor": "ServiceMonitor",
     "PodMonitor": "PodMonitor",
     "NetworkPolicy": "NetworkPolicy",
+    "PodDisruptionBudget": "PodDisruptionBudget",
 }
 
 
@@ -88,6 +92,7 @@ def names(name: str) -> dict[str, str]:
         "ServiceMonitor": name,
         "PodMonitor": f"{name}-ray",
         "NetworkPolicy": f"{name}-ray",
+        "PodDisruptionBudget": f"{name}-workers",
     }
 
 
@@ -174,6 +179,8 @@ def rayservice(d: r.Desired, kuberay: kr.KubeRay | None = None) -> dict[str, Any
         # callers without it (KubeRay's own client has it). 1.4 has no such field: there
         # the NetworkPolicy alone guards the dashboard.
         cluster["authOptions"] = {"mode": "token"}
+    if d.kube.gcs_fault_tolerance is not None:
+        cluster["gcsFaultToleranceOptions"] = gcs_fault_tolerance(d.kube.gcs_fault_tolerance)
     cluster.update(
         {
             "enableInTreeAutoscaling": True,
@@ -194,16 +201,28 @@ def rayservice(d: r.Desired, kuberay: kr.KubeRay | None = None) -> dict[str, Any
         "kind": "RayService",
         "metadata": _meta(d, "RayService", "ray"),
         "spec": {
-            # explicit, never KubeRay's default: NewCluster doubles the GPUs while a change
-            # under rayClusterConfig rolls out (KubeRay < 1.5 also reads the operator's
-            # ENABLE_ZERO_DOWNTIME when unset); kubernetes.upgrade_strategy None avoids it.
-            # Worker replica bounds and serveConfigV2 are updated in place either way.
-            "upgradeStrategy": {"type": d.kube.upgrade_strategy},
+            # explicit, never KubeRay's default (NewCluster: twice the GPUs while a change
+            # under rayClusterConfig rolls out; KubeRay also reads the operator's
+            # ENABLE_ZERO_DOWNTIME when unset): upgrade.py. Worker replica bounds and
+            # serveConfigV2 are updated in place whatever the strategy.
+            "upgradeStrategy": upgrade_strategy(d.kube, kuberay),
             "serveService": serve_service(d),
             "serveConfigV2": yaml.safe_dump(serve_config(d), sort_keys=False),
             "rayClusterConfig": cluster,
         },
     }
+
+
+def gcs_fault_tolerance(ft: r.GcsFaultToleranceSpec) -> dict[str, Any]:
+    """rayClusterConfig.gcsFaultToleranceOptions (KubeRay >= 1.3): GCS state in an external
+    Redis, the password from a Secret (never in the RayService)."""
+    out: dict[str, Any] = {"redisAddress": ft.redis_address}
+    if ft.redis_password_secret:
+        ref = {"name": ft.redis_password_secret, "key": ft.redis_password_key}
+        out["redisPassword"] = {"valueFrom": {"secretKeyRef": ref}}
+    if ft.external_storage_namespace:
+        out["externalStorageNamespace"] = ft.external_storage_namespace
+    return out
 
 
 def serve_service(d: r.Desired) -> dict[str, Any]:
@@ -324,6 +343,9 @@ def children(d: r.Desired, *, monitoring_available: bool,
     """Every child object one AgentServe should have, in apply order; the RayService as
     the CRD of `kuberay` (default: the newest supported) accepts it."""
     objs = [configmap(d), network_policy(d), rayservice(d, kuberay), admin_service(d)]
+    pdb = pod_disruption_budget(d, _meta(d, "PodDisruptionBudget", "workers"))
+    if pdb is not None:
+        objs.append(pdb)
     if d.kube.monitoring and monitoring_available:
         objs += [servicemonitor(d), podmonitor(d)]
     return objs

@@ -6,6 +6,7 @@ fake.FakeCluster in tests). Safe to run any number of times: a second run applie
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,11 +16,21 @@ from agentserve_operator import resource as r
 from agentserve_operator.key_salt import ensure_salt, head_pods_have_salt
 from agentserve_operator.plan import Action, ObjectRef, plan
 from agentserve_operator.references import check_references
-from agentserve_operator.status import Observation, compute_status, invalid_status
+from agentserve_operator.serve_probe import status_url
+from agentserve_operator.status import Observation, active_cluster, compute_status, invalid_status
+from agentserve_operator.upgrade import check_upgrade
 
-__all__ = ["Cluster", "ClusterError", "ReconcileResult", "RetriableClusterError", "reconcile"]
+__all__ = [
+    "Cluster",
+    "ClusterError",
+    "ReconcileResult",
+    "RetriableClusterError",
+    "SchemaMismatch",
+    "reconcile",
+]
 
 MONITORING_CRD = "servicemonitors.monitoring.coreos.com"
+ServeReader = Callable[[str], "dict[str, Any] | None"]  # URL -> Serve's /status body
 
 
 class ClusterError(Exception):
@@ -28,6 +39,11 @@ class ClusterError(Exception):
 
 class RetriableClusterError(ClusterError):
     """A transient API failure (connection, 5xx, 429, 409 conflict): retry with backoff."""
+
+
+class SchemaMismatch(ClusterError):
+    """The API server refused a field the object's CRD does not define (strict field
+    validation, 422 "unknown field"): the operator rendered for another KubeRay version."""
 
 
 class Cluster(Protocol):
@@ -98,6 +114,18 @@ def _apply(cluster: Cluster, actions: list[Action]) -> None:
             cluster.delete(action.ref)
 
 
+def _apply_rendered(cluster: Cluster, actions: list[Action],
+                    detector: kr.Detector | None) -> None:  # fmt: skip
+    """_apply; on SchemaMismatch the detected KubeRay is forgotten (read again on the retry,
+    not after its TTL) and the failure is retriable."""
+    try:
+        _apply(cluster, actions)
+    except SchemaMismatch as err:
+        if detector is not None:
+            detector.forget()
+        raise RetriableClusterError(f"{err}; re-reading the installed KubeRay version") from err
+
+
 def _reject(cluster: Cluster, cr: dict[str, Any], err: r.InvalidResource,
             previous: list[dict[str, Any]], now: str) -> ReconcileResult:  # fmt: skip
     meta = cr["metadata"]
@@ -110,10 +138,12 @@ def _reject(cluster: Cluster, cr: dict[str, Any], err: r.InvalidResource,
 
 
 def reconcile(cluster: Cluster, cr: dict[str, Any], now: str,
-              kuberay: kr.Detector | None = None) -> ReconcileResult:  # fmt: skip
+              kuberay: kr.Detector | None = None,
+              read_serve: ServeReader | None = None) -> ReconcileResult:  # fmt: skip
     """Bring the cluster to the CR's spec and write its status; `now` is RFC 3339 UTC;
     `kuberay` detects the installed KubeRay (the operator shares one, which caches it;
-    None: read the CRD now).
+    None: read the CRD now); `read_serve` reads Serve's status from a URL
+    (serve_probe.fetch_status; None: not read, status falls back on pods and KubeRay).
 
     An invalid spec leaves the running children untouched and is reported in status and an
     Event (the result carries the error). API failures raise ClusterError.
@@ -124,14 +154,16 @@ def reconcile(cluster: Cluster, cr: dict[str, Any], now: str,
     try:
         d = load_desired(cluster, cr, salted=head_pods_have_salt(pods))
         kuberay_version = _kuberay(cluster, d, kuberay)
+        check_upgrade(d.kube, kuberay_version, _hub_cache_claim(cluster, d))
     except r.InvalidResource as err:
         return _reject(cluster, cr, err, previous, now)
     monitoring = cluster.crd_exists(MONITORING_CRD)
     desired = m.children(d, monitoring_available=monitoring, kuberay=kuberay_version)
     actions = plan(desired, observe(cluster, d, monitoring), d.uid)
-    _apply(cluster, actions)
+    _apply_rendered(cluster, actions, kuberay)
     rayservice = cluster.get(ObjectRef.of(m.rayservice(d)))
-    status = compute_status(d, Observation(rayservice, pods), len(actions), previous, now)
+    obs = _observation(d, rayservice, pods, cr.get("status") or {}, read_serve)
+    status = compute_status(d, obs, len(actions), previous, now)
     if _changed(cr.get("status") or {}, status):
         cluster.patch_status(d.namespace, d.name, status)
     return ReconcileResult(actions, status)
@@ -150,6 +182,30 @@ def _kuberay(cluster: Cluster, d: r.Desired, detector: kr.Detector | None) -> kr
         raise r.InvalidResource(
             f"invalid AgentServe: {err}", [("kubernetes.kuberay_version", str(err))]
         ) from None
+
+
+def _observation(
+    d: r.Desired,
+    rayservice: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    old_status: dict[str, Any],
+    read_serve: ServeReader | None,
+) -> Observation:
+    """What status is computed from: Serve's own status read from the active cluster's
+    ingress when `read_serve` is given, and the ready replicas the last status showed."""
+    url = status_url(d, pods, active_cluster(rayservice)) if read_serve else None
+    serve = read_serve(url) if read_serve and url else None
+    previous = {x.get("name"): int(x.get("readyReplicas") or 0)
+                for x in old_status.get("models") or [] if isinstance(x, dict)}  # fmt: skip
+    return Observation(rayservice, pods, serve, previous)
+
+
+def _hub_cache_claim(cluster: Cluster, d: r.Desired) -> dict[str, Any] | None:
+    """The hub cache PersistentVolumeClaim as stored (its accessModes), or None."""
+    if d.kube.hub_cache is None:
+        return None
+    ref = ObjectRef("v1", "PersistentVolumeClaim", d.namespace, d.kube.hub_cache.claim_name)
+    return cluster.get(ref)
 
 
 def _changed(old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -17,9 +17,12 @@ from typing import Any, Protocol
 from agentserve_operator import resource as r
 from agentserve_operator.plan import ObjectRef
 
-__all__ = ["ALLOW_LABEL", "check_references", "references"]
+__all__ = ["ALLOW_LABEL", "OPTIONAL_FIELDS", "check_references", "references"]
 
 ALLOW_LABEL = "agentserve.dev/allow-reference"
+# references the pods mark `optional: true`: absent, the deployment runs without them (a
+# public model needs no Hugging Face token); present, they still need the label
+OPTIONAL_FIELDS = frozenset({"kubernetes.hf_token_secret"})
 API_VERSION = {"Secret": "v1", "PersistentVolumeClaim": "v1"}
 
 
@@ -34,6 +37,9 @@ def references(kube: r.KubernetesSpec) -> list[tuple[str, str, str]]:
             ("kubernetes.hf_token_secret", "Secret", kube.hf_token_secret)]  # fmt: skip
     refs += [(f"kubernetes.env_from_secrets[{i}]", "Secret", name)
              for i, name in enumerate(kube.env_from_secrets)]  # fmt: skip
+    if kube.gcs_fault_tolerance is not None:
+        refs.append(("kubernetes.gcs_fault_tolerance.redis_password_secret", "Secret",
+                     kube.gcs_fault_tolerance.redis_password_secret))  # fmt: skip
     for field, volume in (("model_volume", kube.model_volume), ("hub_cache", kube.hub_cache)):
         if volume is not None:
             refs.append((f"kubernetes.{field}.claim_name", "PersistentVolumeClaim",
@@ -42,12 +48,15 @@ def references(kube: r.KubernetesSpec) -> list[tuple[str, str, str]]:
 
 
 def check_references(cluster: _Getter, namespace: str, kube: r.KubernetesSpec) -> None:
-    """Raise InvalidResource naming every referenced Secret or claim that is absent or not
-    labelled ALLOW_LABEL=true (nothing is deployed then)."""
+    """Raise InvalidResource naming every referenced Secret or claim that is absent (unless
+    its field is in OPTIONAL_FIELDS) or not labelled ALLOW_LABEL=true (nothing is deployed
+    then)."""
     problems = []
     for field, kind, name in references(kube):
         obj = cluster.get(ObjectRef(API_VERSION[kind], kind, namespace, name))
         labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+        if obj is None and field in OPTIONAL_FIELDS:
+            continue  # the pod's secretKeyRef is optional: it starts without the token
         if obj is None:
             problems.append((field, f"{kind} {name!r} not found"))
         elif labels.get(ALLOW_LABEL) != "true":

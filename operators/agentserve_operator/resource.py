@@ -32,8 +32,17 @@ from agentserve.spec import (
 from agentserve.spec_defaults import resolve_drafters
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentserve_operator.cluster_spec import (
+    GcsFaultToleranceSpec,
+    HubCacheSpec,
+    IncrementalUpgradeSpec,
+    ModelVolumeSpec,
+    UpgradeStrategy,
+)
+
 __all__ = [
     "Desired",
+    "GcsFaultToleranceSpec",
     "InvalidResource",
     "KubernetesSpec",
     "desired_from_cr",
@@ -71,28 +80,6 @@ RESERVED_ENV = frozenset({"AGENTSERVE_SPEC", "AGENTSERVE_POD_IP", "HF_HOME", "HF
 
 class _K8s(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class ModelVolumeSpec(_K8s):
-    """A PersistentVolumeClaim with model weights (and drafters), mounted into every Ray pod."""
-
-    claim_name: str = Field(max_length=253, description="PersistentVolumeClaim name.")
-    mount_path: str = Field(
-        "/models",
-        pattern=r"^/",
-        description="Absolute mount path; model.source and drafter.path point below it.",
-    )
-    read_only: bool = Field(True, description="Mount read-only.")
-
-
-class HubCacheSpec(_K8s):
-    """A PersistentVolumeClaim holding the Hugging Face cache (HF_HOME) of every Ray pod:
-    Hugging Face id sources are downloaded into it once and shared by all replicas."""
-
-    claim_name: str = Field(max_length=253, description="PersistentVolumeClaim name.")
-    mount_path: str = Field(
-        "/hf-cache", pattern=r"^/", description="Absolute mount path; HF_HOME is set to it."
-    )
 
 
 class KubernetesSpec(_K8s):
@@ -166,14 +153,27 @@ class KubernetesSpec(_K8s):
         "the pods of both KubeRay installs: its Helm chart and its kustomize manifests "
         "(ray-operator/config/default, whose pods carry app.kubernetes.io/name=kuberay).",
     )
-    upgrade_strategy: Literal["NewCluster", "None"] = Field(
-        "NewCluster",
-        description="RayService spec.upgradeStrategy.type. NewCluster: a change under the "
-        "Ray cluster (image, pod settings, resources) starts a second full cluster, GPUs "
-        "included, and switches traffic when it serves (zero downtime, twice the GPUs "
-        "meanwhile). None: such changes are not rolled out until the AgentServe is "
-        "recreated (for clusters without spare GPUs). Replica counts and the Serve "
-        "config update in place either way.",
+    upgrade_strategy: UpgradeStrategy = Field(
+        "auto",
+        description="RayService upgradeStrategy for changes under the Ray cluster (image, "
+        "pod settings, resources); replica counts and the Serve config update in place "
+        "whatever it is. auto: NewClusterWithIncrementalUpgrade where KubeRay >= 1.5 and "
+        "incremental_upgrade is set, else None. None: such changes wait until the "
+        "AgentServe is recreated (never more GPUs). NewCluster: a full second cluster, GPUs "
+        "included, then traffic switches (zero downtime, twice the GPUs meanwhile). "
+        "docs/kubernetes.md, Upgrades.",
+    )
+    incremental_upgrade: IncrementalUpgradeSpec | None = Field(
+        None, description="Settings of NewClusterWithIncrementalUpgrade (KubeRay >= 1.5)."
+    )
+    worker_max_unavailable: int | None = Field(
+        1,
+        ge=1,
+        description="PodDisruptionBudget of the model replica pods: at most this many evicted "
+        "at once by a node drain (not by Ray's autoscaler); null = no PodDisruptionBudget.",
+    )
+    gcs_fault_tolerance: GcsFaultToleranceSpec | None = Field(
+        None, description="GCS fault tolerance with an external Redis; null = off."
     )
     image_pull_secrets: list[str] = Field(
         default_factory=list, description="Secrets for pulling `image` (head and workers)."

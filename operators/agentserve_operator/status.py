@@ -6,7 +6,7 @@ lastTransitionTime changes only when a condition's status flips.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentserve.serve.names import deployment_name
@@ -20,15 +20,22 @@ __all__ = [
     "compute_status",
     "invalid_status",
     "ready_replicas",
+    "running_replicas",
+    "serving_replicas",
 ]
 
 
 @dataclass(frozen=True)
 class Observation:
-    """What status is computed from: the RayService (None = absent) and the Ray pods."""
+    """What status is computed from: the RayService (None = absent), the Ray pods, Serve's
+    own status from the active cluster's ingress (serve_probe: {"applications": {app:
+    {"deployments": {name: {"replicas": {state: count}}}}}}; None = not reachable) and the
+    readyReplicas per model the last status showed."""
 
     rayservice: dict[str, Any] | None
     pods: list[dict[str, Any]]
+    serve: dict[str, Any] | None = None
+    previous_ready: dict[str, int] = field(default_factory=dict)
 
 
 def _condition(kind: str, ok: bool, reason: str, message: str, generation: int,
@@ -87,9 +94,32 @@ def ready_replicas(ready_pods: int, running_pods: int, nodes_per_replica: int) -
     return min(ready_pods, running_pods // max(1, nodes_per_replica))
 
 
+def running_replicas(serve: dict[str, Any] | None, app: str, deployment: str) -> int | None:
+    """RUNNING replicas of a deployment in Serve's own status; None when it does not say."""
+    apps = (serve or {}).get("applications") or {}
+    dep = (((apps.get(app) or {}).get("deployments") or {}).get(deployment)) or None
+    if dep is None or not isinstance(dep.get("replicas"), dict):
+        return None
+    return int(dep["replicas"].get("RUNNING", 0))
+
+
+def serving_replicas(running: int | None, pod_ready: int, deployment_status: str,
+                     previous: int) -> int:  # fmt: skip
+    """Replicas that serve: Serve's RUNNING count (bounded by whole replicas' pods: a
+    replica's pods all run), else, without Serve's count, the pod count only when KubeRay
+    reports the deployment HEALTHY (every replica it wants RUNNING); while it is not, a
+    Ready pod may hold a replica still loading, so no more than the last status showed."""
+    if running is not None:
+        return min(running, pod_ready)
+    if deployment_status == "HEALTHY":
+        return pod_ready
+    return min(pod_ready, previous)
+
+
 def model_statuses(d: r.Desired, obs: Observation) -> list[dict[str, Any]]:
-    """Per model: ready replicas (ready_replicas over the active Ray cluster's pods of its
-    worker group), bounds, Serve deployment status."""
+    """Per model: ready replicas (serving_replicas: Serve's RUNNING replicas, bounded by
+    ready_replicas over the active Ray cluster's pods of its worker group), bounds, Serve
+    deployment status."""
     app = _app_status(obs.rayservice, d.spec.name)
     deployments = app.get("serveDeploymentStatuses") or {}
     cluster = active_cluster(obs.rayservice)
@@ -103,11 +133,14 @@ def model_statuses(d: r.Desired, obs: Observation) -> list[dict[str, Any]]:
             and cluster is not None
             and labels.get("ray.io/cluster") == cluster
         ]
-        ready = ready_replicas(
+        by_pods = ready_replicas(
             sum(map(_pod_ready, pods)), sum(map(_pod_running, pods)),
             model.replicas.nodes_per_replica,
         )  # fmt: skip
         serve = deployments.get(deployment_name(model.name)) or {}
+        running = running_replicas(obs.serve, d.spec.name, deployment_name(model.name))
+        ready = serving_replicas(running, by_pods, serve.get("status", ""),
+                                 obs.previous_ready.get(model.name, 0))  # fmt: skip
         out.append({
             "name": model.name,
             "readyReplicas": ready,

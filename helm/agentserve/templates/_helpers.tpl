@@ -57,7 +57,7 @@ Secret and the serving image filled in where the spec leaves them out. */}}
 {{- define "agentserve.firstSpec" -}}
 {{- $spec := deepCopy (.Values.agentServe.spec | default dict) }}
 {{- if not $spec.models }}
-{{- $_ := set $spec "models" (list .Values.model) }}
+{{- $_ := set $spec "models" (list (include "agentserve.model" . | fromYaml)) }}
 {{- end }}
 {{- if not $spec.tenants }}
 {{- $_ := set $spec "tenants" (list (dict "name" .Values.apiKeys.tenant "sla" dict)) }}
@@ -84,6 +84,32 @@ Secret and the serving image filled in where the spec leaves them out. */}}
 {{- end }}
 {{- $_ := set $spec "kubernetes" $kube }}
 {{- toYaml $spec }}
+{{- end }}
+
+{{/* `model` with the chart's device default: a model whose replicas leave num_gpus unset
+gets modelDefaults.numGpus GPUs (1: the chart serves on GPU nodes), except the bundled CPU
+demo (source `bundled`), which stays on CPU. */}}
+{{- define "agentserve.model" -}}
+{{- $model := deepCopy (.Values.model | default dict) }}
+{{- $replicas := deepCopy ($model.replicas | default dict) }}
+{{- if and (not (hasKey $replicas "num_gpus")) (ne (toString $model.source) "bundled") }}
+{{- $_ := set $replicas "num_gpus" (int .Values.modelDefaults.numGpus) }}
+{{- $_ := set $model "replicas" $replicas }}
+{{- end }}
+{{- toYaml $model }}
+{{- end }}
+
+{{/* Refuse an external Service type (LoadBalancer, NodePort) for the OpenAI endpoint: it
+is plain HTTP, API keys and prompts in clear. Use ingress (TLS), or acknowledge with
+service.allowPlaintext. */}}
+{{- define "agentserve.checkExposure" -}}
+{{- $type := dig "kubernetes" "service_type" "ClusterIP" (.Values.agentServe.spec | default dict) }}
+{{- if and (has $type (list "LoadBalancer" "NodePort")) (not .Values.service.allowPlaintext) }}
+{{- fail (printf "agentServe.spec.kubernetes.service_type %s exposes the OpenAI endpoint in plain HTTP (API keys and prompts in clear): keep ClusterIP and set ingress.enabled with ingress.tls (or ingress.certManager), or acknowledge with service.allowPlaintext=true" $type) }}
+{{- end }}
+{{- if and .Values.ingress.enabled (not .Values.ingress.tls.secretName) (not .Values.ingress.certManager.clusterIssuer) (not .Values.ingress.certManager.issuer) (not .Values.service.allowPlaintext) }}
+{{- fail "ingress.enabled without TLS: set ingress.tls.secretName (a kubernetes.io/tls Secret) or ingress.certManager.clusterIssuer / issuer, or acknowledge plain HTTP with service.allowPlaintext=true" }}
+{{- end }}
 {{- end }}
 
 {{/* The namespaces the operator watches, as JSON: operator.watchNamespaces plus the release
@@ -123,6 +149,10 @@ namespace when the chart creates its AgentServe there (else nobody would reconci
     verbs: [get, create, patch, delete]
   - apiGroups: [networking.k8s.io]
     resources: [networkpolicies]
+    verbs: [get, create, patch, delete]
+  # the model replica pods' PodDisruptionBudget (kubernetes.worker_max_unavailable)
+  - apiGroups: [policy]
+    resources: [poddisruptionbudgets]
     verbs: [get, create, patch, delete]
   # get: key Secrets and the labels of referenced ones; create: each AgentServe's key salt
   # (never update, patch or delete: the salt is owned by its AgentServe)

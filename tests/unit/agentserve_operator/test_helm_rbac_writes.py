@@ -14,7 +14,7 @@ from test_helm_rbac import _allows, operator_rules
 
 PLURALS = {"ConfigMap": "configmaps", "Service": "services", "RayService": "rayservices",
            "NetworkPolicy": "networkpolicies", "ServiceMonitor": "servicemonitors",
-           "PodMonitor": "podmonitors"}  # fmt: skip
+           "PodMonitor": "podmonitors", "PodDisruptionBudget": "poddisruptionbudgets"}  # fmt: skip
 
 
 def _applied_kinds(cr: dict) -> set[tuple[str, str]]:

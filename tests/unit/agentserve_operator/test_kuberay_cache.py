@@ -10,7 +10,7 @@ import kuberay_crds
 import pytest
 from agentserve_operator import kuberay as kr
 from agentserve_operator.fake import FakeCluster
-from agentserve_operator.reconcile import reconcile
+from agentserve_operator.reconcile import RetriableClusterError, SchemaMismatch, reconcile
 from operator_cases import MODELS_PVC, SECRET, gpu_cr
 
 T0 = "2030-01-01T00:00:00Z"
@@ -82,3 +82,76 @@ def test_without_a_detector_each_reconcile_reads_the_crd():
     reconcile(cluster, cr, T0)
     reconcile(cluster, cr, T0)
     assert cluster.crd_reads == 2
+
+
+class StrictCluster(CountingCluster):
+    """FakeCluster whose API server validates a RayService strictly against the installed
+    CRD, as KubeCluster.apply asks (fieldValidation=Strict): 422 "unknown field"."""
+
+    def apply(self, obj):
+        installed = self.crd_bodies.get(kr.RAYSERVICE_CRD)
+        if obj["kind"] == "RayService" and installed is not None:
+            version = kr.from_crd(installed).version
+            body = {k: obj[k] for k in ("apiVersion", "kind", "spec")}
+            if kuberay_crds.errors(body | {"metadata": {}}, version):
+                raise SchemaMismatch(f"apply RayService: 422 unknown field ({version})")
+            self.applied_rayservice = obj
+        return super().apply(obj)
+
+
+def test_a_refused_field_makes_the_next_reconcile_read_the_crd_again():
+    """KubeRay replaced under the running operator (1.6 detected, 1.4 now installed): the
+    apply is refused and the very next reconcile renders for 1.4, not one TTL later
+    (issue 62: `authOptions` sent to a 1.4 cluster for 10 minutes)."""
+    cluster, clock = StrictCluster(crd_bodies={kr.RAYSERVICE_CRD: kuberay_crds.crd("1.6")}), Clock()
+    cluster.put(SECRET)
+    cluster.put(MODELS_PVC)
+    detector = kr.Detector(cluster.read_crd, ttl_s=600, clock=clock)
+    cr = cluster.put(gpu_cr())
+    assert reconcile(cluster, cr, T0, kuberay=detector).error is None
+    cluster.crd_bodies[kr.RAYSERVICE_CRD] = kuberay_crds.crd("1.4")
+    cr["spec"]["kubernetes"]["worker_memory"] = "64Gi"  # a change: the RayService is applied
+    with pytest.raises(RetriableClusterError, match="re-reading the installed KubeRay"):
+        reconcile(cluster, cr, T0, kuberay=detector)
+    clock.t = 1  # far inside the TTL
+    assert reconcile(cluster, cr, T0, kuberay=detector).error is None
+    rs = cluster.applied_rayservice  # as applied (the fake merges; the server would not)
+    assert "authOptions" not in rs["spec"]["rayClusterConfig"] and cluster.crd_reads == 2
+
+
+def test_no_crd_yet_is_not_remembered():
+    """The operator started before KubeRay: DEFAULT is rendered, and the CRD is read again
+    on the next call, so a KubeRay installed a moment later is seen at once."""
+    cluster, clock = _cluster("1.4"), Clock()
+    installed = cluster.crd_bodies.pop(kr.RAYSERVICE_CRD)
+    detector = kr.Detector(cluster.read_crd, ttl_s=600, clock=clock)
+    assert detector.installed() == kr.KubeRay(kr.DEFAULT)
+    cluster.crd_bodies[kr.RAYSERVICE_CRD] = installed
+    clock.t = 1
+    assert detector.installed() == kr.KubeRay("1.4") and cluster.crd_reads == 2
+    assert detector.installed() == kr.KubeRay("1.4") and cluster.crd_reads == 2  # cached now
+
+
+def test_kube_cluster_applies_ray_objects_strictly_and_names_a_refused_field():
+    """KubeCluster: ray.io objects are applied with fieldValidation=Strict (else the API
+    server prunes an unknown field and the operator re-applies it every resync), and the
+    422 it answers is a SchemaMismatch."""
+    from agentserve_operator import k8s
+    from kubernetes.client.exceptions import ApiException
+
+    calls = []
+
+    class Dynamic:
+        def server_side_apply(self, res, **kwargs):
+            calls.append(kwargs)
+            err = ApiException(status=422, reason="Unprocessable Entity")
+            err.body = b'{"message":"strict decoding error: unknown field \\"spec.x\\""}'
+            raise err
+
+    kube = k8s.KubeCluster.__new__(k8s.KubeCluster)
+    kube.dynamic = Dynamic()
+    kube._resource = lambda api_version, kind: kind
+    with pytest.raises(SchemaMismatch, match="unknown field"):
+        kube.apply({"apiVersion": "ray.io/v1", "kind": "RayService",
+                    "metadata": {"name": "demo", "namespace": "default"}})  # fmt: skip
+    assert calls[0]["query_params"] == [("fieldValidation", "Strict")]

@@ -39,7 +39,8 @@ def _role(obj):
 def test_children_kinds_and_owner_references():
     objs = by_kind()
     assert list(objs) == [
-        "ConfigMap", "NetworkPolicy", "RayService", "AdminService", "ServiceMonitor", "PodMonitor"
+        "ConfigMap", "NetworkPolicy", "RayService", "AdminService", "PodDisruptionBudget",
+        "ServiceMonitor", "PodMonitor",
     ]  # fmt: skip
     for obj in objs.values():
         [owner] = obj["metadata"]["ownerReferences"]

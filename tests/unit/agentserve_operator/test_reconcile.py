@@ -50,7 +50,8 @@ def make_ready(cluster, ready_pods=1):
 def test_create_then_ready_then_idempotent(cluster):
     first = reconcile(cluster, cr(cluster), T0)
     kinds = [a.ref.kind for a in first.actions]
-    assert kinds == ["ConfigMap", "NetworkPolicy", "RayService", "Service"]  # -openai: KubeRay
+    assert kinds == ["ConfigMap", "NetworkPolicy", "RayService", "Service",  # -openai: KubeRay
+                     "PodDisruptionBudget"]  # fmt: skip
     assert conditions(cluster)["Progressing"] == ("True", "Applied")
     make_ready(cluster)
     second = reconcile(cluster, cr(cluster), T1)

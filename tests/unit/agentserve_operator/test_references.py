@@ -71,6 +71,21 @@ def test_a_missing_claim_is_named(cluster):
     assert "PersistentVolumeClaim 'nope' not found" in conditions_message(cluster)
 
 
+def test_a_missing_hf_token_secret_deploys_without_the_token(cluster):
+    """The token Secret is optional (a public model needs none; the pod's secretKeyRef is
+    optional): absent, the AgentServe deploys and the pod's HF_TOKEN stays optional
+    (issue 62); present but unlabelled, it is still refused (above)."""
+    body = cr(cluster)
+    body["spec"]["kubernetes"]["hf_token_secret"] = "hf-token-not-yet-made"
+    result = reconcile(cluster, body, T0)
+    assert result.error is None
+    worker = cluster.find("RayService", "demo")["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    env = worker["template"]["spec"]["containers"][0]["env"]
+    [token] = [e for e in env if e["name"] == "HF_TOKEN"]
+    assert token["valueFrom"]["secretKeyRef"] == {
+        "name": "hf-token-not-yet-made", "key": "HF_TOKEN", "optional": True}  # fmt: skip
+
+
 def _salt(cluster) -> str:
     return cluster.read_secret("default", salt_secret_name("demo"))["salt"]
 

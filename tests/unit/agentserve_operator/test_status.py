@@ -5,6 +5,7 @@ Table tests on the pure status functions."""
 from __future__ import annotations
 
 import pytest
+from agentserve.serve.names import deployment_name
 from agentserve_operator import manifests as m
 from agentserve_operator import resource as r
 from agentserve_operator.crd import crd_manifest
@@ -55,10 +56,14 @@ def _pod(name: str, group: str, state: str, cluster: str = ACTIVE) -> dict:
     }
 
 
-def _rayservice(active: str | None = ACTIVE, pending: str | None = None) -> dict:
+def _rayservice(active: str | None = ACTIVE, pending: str | None = None,
+                deployment: str = "HEALTHY") -> dict:  # fmt: skip
+    """KubeRay's RayService status: the app `demo`, model `big`'s deployment `deployment`."""
     status: dict = {"conditions": [{"type": "Ready", "status": "True"}]}
     if active:
-        status["activeServiceStatus"] = {"rayClusterName": active}
+        deployments = {deployment_name("big"): {"status": deployment}}
+        apps = {"demo": {"status": "RUNNING", "serveDeploymentStatuses": deployments}}
+        status["activeServiceStatus"] = {"rayClusterName": active, "applicationStatuses": apps}
     if pending:
         status["pendingServiceStatus"] = {"rayClusterName": pending}
     return {"status": status}
@@ -112,3 +117,36 @@ def test_every_printer_column_reads_a_field_the_operator_writes():
             continue
         top = path.removeprefix(".status.").split("[")[0].split(".")[0]
         assert top in written, f"column {column['name']} reads {path}: never written"
+
+
+def _serve(**states: int) -> dict:
+    """The ingress's GET /status body with model `big`'s replica states."""
+    deployments = {deployment_name("big"): {"status": "UPSCALING", "replicas": states}}
+    return {"applications": {"demo": {"status": "RUNNING", "deployments": deployments}}}
+
+
+def test_a_replica_still_loading_is_not_ready():
+    """Ray starts a worker's Serve proxy (which makes the pod Ready) for a STARTING replica:
+    readyReplicas counts Serve's RUNNING replicas, not Ready pods (issue 62)."""
+    d = _desired(1, 1, 4)
+    group = m.worker_group_name("big")
+    pods = [_pod(f"w{i}", group, R) for i in range(3)]
+    obs = Observation(_rayservice(deployment="UPSCALING"), pods, _serve(RUNNING=1, STARTING=2))
+    status = compute_status(d, obs, 0, [], NOW)
+    assert status["models"][0]["readyReplicas"] == 1 and status["readyReplicas"] == "1/1-4"
+
+
+@pytest.mark.parametrize(
+    ("deployment", "previous", "ready"),
+    [("HEALTHY", 0, 3),  # every replica Serve wants is RUNNING: the pods tell how many
+     ("UPSCALING", 2, 2),  # the third Ready pod may hold a replica still loading
+     ("UPDATING", 0, 0),  # first start: nothing known to serve yet
+     ("UNHEALTHY", 5, 3)],
+)  # fmt: skip
+def test_without_serves_count_a_ready_pod_counts_only_when_serve_is_healthy(
+    deployment, previous, ready
+):
+    d = _desired(1, 1, 4)
+    pods = [_pod(f"w{i}", m.worker_group_name("big"), R) for i in range(3)]
+    obs = Observation(_rayservice(deployment=deployment), pods, None, {"big": previous})
+    assert compute_status(d, obs, 0, [], NOW)["models"][0]["readyReplicas"] == ready
