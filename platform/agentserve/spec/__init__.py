@@ -6,6 +6,7 @@ One module per part of the spec; import from here (`from agentserve.spec import 
   drafter.py      DrafterSpec: speculative decoding, the drafted-tokens-by-batch schedule
   replicas.py     ReplicaSpec, TolerationSpec: replica bounds, resources, placement
   models.py       ModelSpec: weights, engine settings; SPEC_OWNED_ENGINE_ARGS
+  aliases.py      vLLM's / Ray Serve LLM's field names (engine_kwargs, ...) -> ModelSpec's
   tenants.py      TenantSpec, SLASpec, RateLimitSpec; hash_api_key
   autoscaling.py  AutoscalingSpec
   server.py       ServerSpec (HTTP ingress), TracingSpec

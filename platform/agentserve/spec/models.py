@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from agentserve.engine.registry import BUILTIN_ENGINES, check_engine_name
 from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
+from agentserve.spec.aliases import canonical_model_fields
 from agentserve.spec.base import _revision_field, _Spec
 from agentserve.spec.drafter import DFLASH_METHODS, DrafterSpec
 from agentserve.spec.latency import LatencyModelSpec
@@ -178,6 +179,11 @@ class ModelSpec(_Spec):
         "{enforce_eager: true, kv_cache_dtype: fp8}); checked against the installed vLLM "
         "when an engine starts. Settings this spec has fields for are refused here.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_aliases(cls, data: Any) -> Any:
+        return canonical_model_fields(data)  # vLLM's and Ray Serve LLM's names (aliases.py)
 
     @field_validator("engine_args")
     @classmethod
