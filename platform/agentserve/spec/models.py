@@ -14,6 +14,7 @@ from agentserve.spec.base import _revision_field, _Spec
 from agentserve.spec.drafter import DFLASH_METHODS, DrafterSpec
 from agentserve.spec.latency import LatencyModelSpec
 from agentserve.spec.replicas import ReplicaSpec
+from agentserve.spec.routing import RoutingSpec
 
 SPEC_OWNED_ENGINE_ARGS = {
     "model": "source",
@@ -73,6 +74,10 @@ class ModelSpec(_Spec):
     )
     drafter: DrafterSpec = Field(default_factory=DrafterSpec, description="Speculative drafter.")
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec, description="Replicas, resources.")
+    routing: RoutingSpec = Field(
+        default_factory=RoutingSpec,
+        description="How requests are spread over the replicas (session and prefix affinity).",
+    )
     latency_model: LatencyModelSpec | None = Field(
         None,
         description="Measured step costs of this model on its replicas' hardware "
