@@ -20,6 +20,7 @@ from agentserve.drafters import shipped_drafter
 from agentserve.model_sources import resolve_model
 
 from agentserve_bench import (
+    affinity,
     calibrate,
     fit_latency,
     overhead,
@@ -119,6 +120,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     stream_interval.add_parser(kinds)
     calibrate.add_parser(kinds)
     fit_latency.add_parser(kinds)
+    affinity.add_parser(kinds)
 
 
 def _heldout_ids(tokenizer, n: int) -> list[list[int]]:

@@ -58,6 +58,7 @@ class Reply:
     output_tokens: int
     text: str
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens (prefix cache hits)
 
     @property
     def ttft_ms(self) -> float | None:
@@ -94,7 +95,7 @@ async def stream_chat(
     }
     start = time.perf_counter()
     first = last = None
-    usage: dict[str, int] = {}
+    usage: dict[str, Any] = {}
     parts: list[str] = []
     async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
         if r.status_code != 200:
@@ -117,6 +118,7 @@ async def stream_chat(
         usage.get("completion_tokens", 0),
         "".join(parts),
         usage.get("prompt_tokens", 0),
+        (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0,
     )
 
 

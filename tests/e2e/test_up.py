@@ -95,7 +95,7 @@ def _readme_use_it_blocks() -> list[tuple[str, str]]:
 def test_readme_use_it_commands_run(server):
     blocks = _readme_use_it_blocks()
     assert {lang for lang, _ in blocks} == {"bash", "python"}
-    env = {**os.environ, "AGENTSERVE_URL": server.url}
+    env = {**os.environ, "AGENTSERVE_BASE_URL": f"{server.url}/v1"}
     for lang, code in blocks:
         code = code.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
         if lang == "bash" and "curl " in code and shutil.which("curl") is None:

@@ -17,16 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentserve.cli.console import Console
+from agentserve.server_env import api_base_url, resolve_api_key, resolve_base_url
 
-__all__ = ["add_parser", "api_base_url", "run_chat"]
-
-DEFAULT_URL = "http://127.0.0.1:8000"
+__all__ = ["add_parser", "api_base_url", "client_settings", "run_chat"]
 
 
-def api_base_url(url: str) -> str:
-    """The OpenAI base URL for a server URL: http://h:p and http://h:p/v1 -> http://h:p/v1."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else f"{url}/v1"
+def client_settings(args: argparse.Namespace, console: Console | None = None) -> tuple[str, str]:
+    """(base URL with /v1, API key or "none") from the flags and the environment
+    (agentserve.server_env: AGENTSERVE_BASE_URL / OPENAI_BASE_URL, AGENTSERVE_API_KEY /
+    OPENAI_API_KEY or a key file); a deprecated variable's note goes to the console."""
+    base = resolve_base_url(args.url, os.environ)
+    if base.note and console is not None:
+        console.error(base.note)
+    key = resolve_api_key(args.api_key, getattr(args, "api_key_file", None), os.environ)
+    return str(base.value), key.value or "none"
 
 
 @dataclass
@@ -96,12 +100,12 @@ def run_chat(args: argparse.Namespace, console: Console | None = None) -> int:
     import openai
 
     console = console or Console()
-    key = args.api_key or os.environ.get("AGENTSERVE_API_KEY") or "none"
-    client = openai.OpenAI(base_url=api_base_url(args.url), api_key=key, max_retries=0)
+    base_url, key = client_settings(args, console)
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
     try:
         model = args.model or client.models.list().data[0].id
     except (openai.APIConnectionError, openai.APIStatusError, IndexError) as err:
-        console.error(f"cannot list models at {api_base_url(args.url)}: {err}")
+        console.error(f"cannot list models at {base_url}: {err}")
         return 1
     console.say(console.style(f"chatting with {model} (Ctrl-D or Ctrl-C quits)", "dim"))
     messages: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
@@ -167,12 +171,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("message", nargs="*", help="send this as one turn and exit")
     p.add_argument(
         "--url",
-        default=os.environ.get("AGENTSERVE_URL", DEFAULT_URL),
-        help="server URL (default: $AGENTSERVE_URL or http://127.0.0.1:8000)",
+        help="API base URL, /v1 optional (default: $AGENTSERVE_BASE_URL, else "
+        "$OPENAI_BASE_URL, else the deprecated $AGENTSERVE_URL, else http://127.0.0.1:8000/v1)",
     )
     p.add_argument("--model", help="model id (default: the first of /v1/models)")
     p.add_argument(
-        "--api-key", help="API key (default: $AGENTSERVE_API_KEY; none needed in open mode)"
+        "--api-key",
+        help="API key; visible in process lists: prefer $AGENTSERVE_API_KEY, $OPENAI_API_KEY "
+        "or --api-key-file (none needed in open mode)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        help="read the API key from this file (default: $AGENTSERVE_API_KEY_FILE when no key "
+        "variable is set)",
     )
     p.add_argument("--system", help="system message for the conversation")
     p.add_argument(

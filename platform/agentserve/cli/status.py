@@ -19,10 +19,10 @@ from agentserve.autoscale.model import LatencyModel
 from agentserve.cli.console import Console
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.metrics_snapshot import MetricsSnapshot, parse_metrics
+from agentserve.server_env import resolve_api_key, resolve_base_url, server_root
 
 __all__ = ["Report", "add_parser", "burn_rate", "report_rows", "run_status", "sla_rows"]
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_S = 10.0
 SLA_BUDGET = 0.05  # objectives are p95: 5% of requests may miss them
 FAST_BURN, SLOW_BURN = 14.4, 6.0  # the burn-rate alerts' thresholds (docs/operations.md)
@@ -291,7 +291,11 @@ def render(console: Console, report: Report, rows: dict[str, list], window: str)
 def run_status(args: argparse.Namespace, console: Console | None = None) -> int:
     """`agentserve status`: exit 0 when healthy, 1 unreachable or unhealthy."""
     console = console or Console()
-    url = args.url.rstrip("/").removesuffix("/v1")
+    base = resolve_base_url(args.url, os.environ)  # agentserve.server_env
+    if base.note:
+        console.error(base.note)
+    url = server_root(str(base.value))
+    key = resolve_api_key(args.api_key, getattr(args, "api_key_file", None), os.environ).value
     admin = (getattr(args, "admin_url", None) or url).rstrip("/")
     for name, value in (("--url", url), ("--admin-url", admin)):
         if not value.startswith(("http://", "https://")):
@@ -301,11 +305,11 @@ def run_status(args: argparse.Namespace, console: Console | None = None) -> int:
         console.error("--watch takes a number of seconds >= 0 (0: report once)")
         return 2
     try:
-        report = fetch_report(url, args.api_key, admin)
+        report = fetch_report(url, key, admin)
         render(console, report, report_rows(report), "the server's lifetime")
         while args.watch:
             time.sleep(args.watch)
-            previous, report = report, fetch_report(url, args.api_key, admin)
+            previous, report = report, fetch_report(url, key, admin)
             window = report.metrics.minus(previous.metrics)
             console.say()
             render(console, report, report_rows(report, window), f"the last {args.watch:g} s")
@@ -334,8 +338,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--url",
-        default=os.environ.get("AGENTSERVE_URL", DEFAULT_URL),
-        help="server URL (default: $AGENTSERVE_URL or http://127.0.0.1:8000)",
+        help="server URL, /v1 optional (default: $AGENTSERVE_BASE_URL, else $OPENAI_BASE_URL, "
+        "else the deprecated $AGENTSERVE_URL, else http://127.0.0.1:8000)",
     )
     p.add_argument(
         "--admin-url",
@@ -345,11 +349,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--api-key",
-        default=os.environ.get("AGENTSERVE_API_KEY"),
         help="sent as a Bearer token: a remote server's /health names its models only to a "
         "valid key (loopback and the metrics port need none), and a gateway in front of the "
-        "server may require one (default: $AGENTSERVE_API_KEY)",
+        "server may require one (default: $AGENTSERVE_API_KEY, else $OPENAI_API_KEY; the "
+        "flag shows in process lists: prefer those or --api-key-file)",
     )
+    p.add_argument("--api-key-file", help="read the API key from this file")
     p.add_argument(
         "--watch",
         type=float,

@@ -22,6 +22,7 @@ from agentserve import tracing as t
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.sdk.otel import SpanRecorder, format_tree, make_sdk_provider
 from agentserve.sdk.transport import TraceHeaders, http_client
+from agentserve.server_env import resolve_api_key, resolve_base_url
 
 __all__ = ["CAPTURE_ENV", "Connection", "connect"]
 
@@ -29,7 +30,6 @@ __all__ = ["CAPTURE_ENV", "Connection", "connect"]
 # results) on spans; off unless "true"
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_MODEL = BUNDLED_MODEL  # the bundled model `agentserve up` serves
 TREE_ATTRIBUTES = (t.CONVERSATION_ID, t.INPUT_TOKENS, t.OUTPUT_TOKENS, t.FINISH_REASONS)
 
@@ -90,8 +90,10 @@ def connect(
 ) -> Connection:
     """Connect this process's agents to agentserve and return the Connection.
 
-    Defaults: AGENTSERVE_BASE_URL (else http://127.0.0.1:8000/v1), AGENTSERVE_API_KEY (else
-    "none": open mode), AGENTSERVE_MODEL (else the bundled model). `timeout_s` bounds each
+    Defaults (agentserve.server_env): AGENTSERVE_BASE_URL, else OPENAI_BASE_URL (else
+    http://127.0.0.1:8000/v1; /v1 is appended when missing), AGENTSERVE_API_KEY, else
+    OPENAI_API_KEY, else the file AGENTSERVE_API_KEY_FILE names (else "none": open mode),
+    AGENTSERVE_MODEL (else the bundled model). `timeout_s` bounds each
     model call, `max_retries` retries 429/503 with back-off. Spans go to `otlp_endpoint` or
     OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT when set, and always to the local recorder.
     `set_global_provider` also makes ours OTel's global provider unless one is set.
@@ -104,8 +106,8 @@ def connect(
     """
     import openai
 
-    base_url = base_url or os.environ.get("AGENTSERVE_BASE_URL", DEFAULT_BASE_URL)
-    api_key = api_key or os.environ.get("AGENTSERVE_API_KEY", "none")
+    base_url = str(resolve_base_url(base_url, os.environ).value)  # agentserve.server_env
+    api_key = resolve_api_key(api_key, None, os.environ).value or "none"
     model = model or os.environ.get("AGENTSERVE_MODEL", DEFAULT_MODEL)
     if capture_content is None:
         capture_content = os.environ.get(CAPTURE_ENV, "").strip().lower() == "true"

@@ -16,6 +16,7 @@ from typing import Any
 
 from ray import serve
 from ray.exceptions import RayActorError, RayTaskError
+from ray.serve.config import RequestRouterConfig
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 
@@ -36,6 +37,7 @@ from agentserve.engine.protocol import (
 )
 from agentserve.engine.registry import engine_class
 from agentserve.placement import replica_placement
+from agentserve.serve.affinity_router import ROUTER_PATH
 from agentserve.serve.gcs_board import held_board
 from agentserve.serve.names import INGRESS_NAME, QUOTA_NAME, deployment_name
 from agentserve.serve.replica import EngineFactory, ModelReplica, default_engine_factory
@@ -61,6 +63,7 @@ __all__ = [
     "build_app_from_args",
     "deployment_options",
     "ingress_options",
+    "router_config",
 ]
 
 INGRESS_SPARE_REQUESTS = 64  # over the models' capacity: refusals, health, metrics
@@ -264,6 +267,8 @@ def deployment_options(
         "graceful_shutdown_timeout_s": replicas.graceful_shutdown_timeout_s,
         "graceful_shutdown_wait_loop_s": replicas.graceful_shutdown_wait_loop_s,
     }
+    if (router := router_config(model)) is not None:
+        options["request_router_config"] = router
     if replicas.min_replicas == replicas.max_replicas:
         options["num_replicas"] = replicas.max_replicas
     else:
@@ -284,6 +289,16 @@ def deployment_options(
             tenant_slas=tenant_slas,
         )
     return options
+
+
+def router_config(model: ModelSpec) -> RequestRouterConfig | None:
+    """Serve's request router for the model's replicas: session and prefix affinity
+    (serve/affinity_router.py) when model.routing.affinity is on and the model may have
+    more than one replica; None: Serve's default (power of two choices)."""
+    if not model.routing.affinity or model.replicas.max_replicas < 2:
+        return None
+    kwargs = {"max_imbalance_requests": model.routing.max_imbalance_requests}
+    return RequestRouterConfig(request_router_class=ROUTER_PATH, request_router_kwargs=kwargs)
 
 
 def expected_start_s(model: ModelSpec) -> float:

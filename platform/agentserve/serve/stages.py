@@ -44,6 +44,7 @@ from agentserve.engine.protocol import (
     aclose_stream,
 )
 from agentserve.serve import spans
+from agentserve.serve.affinity import AFFINITY_HEADER, affinity_key, affinity_prefix_chars
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.engine_request import engine_headers, engine_request
 from agentserve.serve.fanout import fan_out
@@ -187,6 +188,7 @@ class Dispatch:
         on_wait = self.board.wake if self.board else lambda: None
         self.dispatcher = Dispatcher(spec.models, list(backends), ingress_replicas(spec), on_wait)
         self.salter = CacheSalter(salt_key())  # shared by all ingress replicas
+        self.affinity = affinity_prefix_chars(spec)  # models routed by affinity
         self.poison = PoisonList(clock)  # requests that crashed replicas (serve/poison.py)
 
     async def __call__(
@@ -213,6 +215,9 @@ class Dispatch:
     ) -> EngineRequest:
         """`body` (left as parsed) with this ingress's decisions (serve/engine_request.py)."""
         headers = engine_headers(span, request.headers, tenant.name)
+        if (chars := self.affinity.get(body.model)) is not None:  # serve/affinity.py
+            key = affinity_key(tenant.name, body.model, request.headers, kind, body, chars)
+            headers.update({AFFINITY_HEADER: key} if key else {})
         priority = self.dispatcher.priority(body.model, tenant)  # admission/priority.py
         salt = self.salter.salt(tenant.name, body.cache_salt)  # no shared prefixes
         return engine_request(

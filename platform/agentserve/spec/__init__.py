@@ -6,6 +6,8 @@ One module per part of the spec; import from here (`from agentserve.spec import 
   drafter.py      DrafterSpec: speculative decoding, the drafted-tokens-by-batch schedule
   replicas.py     ReplicaSpec, TolerationSpec: replica bounds, resources, placement
   models.py       ModelSpec: weights, engine settings; SPEC_OWNED_ENGINE_ARGS
+  routing.py      RoutingSpec: session and prefix affinity over a model's replicas
+  aliases.py      vLLM's / Ray Serve LLM's field names (engine_kwargs, ...) -> ModelSpec's
   tenants.py      TenantSpec, SLASpec, RateLimitSpec; hash_api_key
   autoscaling.py  AutoscalingSpec
   server.py       ServerSpec (HTTP ingress), TracingSpec
@@ -37,6 +39,7 @@ from agentserve.spec.models import SPEC_OWNED_ENGINE_ARGS as SPEC_OWNED_ENGINE_A
 from agentserve.spec.models import ModelSpec as ModelSpec
 from agentserve.spec.replicas import ReplicaSpec as ReplicaSpec
 from agentserve.spec.replicas import TolerationSpec as TolerationSpec
+from agentserve.spec.routing import RoutingSpec as RoutingSpec
 from agentserve.spec.server import ServerSpec as ServerSpec
 from agentserve.spec.server import TracingSpec as TracingSpec
 from agentserve.spec.tenants import RateLimitSpec as RateLimitSpec

@@ -9,10 +9,12 @@ from pydantic import Field, field_validator, model_validator
 
 from agentserve.engine.registry import BUILTIN_ENGINES, check_engine_name
 from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
+from agentserve.spec.aliases import canonical_model_fields
 from agentserve.spec.base import _revision_field, _Spec
 from agentserve.spec.drafter import DFLASH_METHODS, DrafterSpec
 from agentserve.spec.latency import LatencyModelSpec
 from agentserve.spec.replicas import ReplicaSpec
+from agentserve.spec.routing import RoutingSpec
 
 SPEC_OWNED_ENGINE_ARGS = {
     "model": "source",
@@ -72,6 +74,10 @@ class ModelSpec(_Spec):
     )
     drafter: DrafterSpec = Field(default_factory=DrafterSpec, description="Speculative drafter.")
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec, description="Replicas, resources.")
+    routing: RoutingSpec = Field(
+        default_factory=RoutingSpec,
+        description="How requests are spread over the replicas (session and prefix affinity).",
+    )
     latency_model: LatencyModelSpec | None = Field(
         None,
         description="Measured step costs of this model on its replicas' hardware "
@@ -178,6 +184,11 @@ class ModelSpec(_Spec):
         "{enforce_eager: true, kv_cache_dtype: fp8}); checked against the installed vLLM "
         "when an engine starts. Settings this spec has fields for are refused here.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_aliases(cls, data: Any) -> Any:
+        return canonical_model_fields(data)  # vLLM's and Ray Serve LLM's names (aliases.py)
 
     @field_validator("engine_args")
     @classmethod

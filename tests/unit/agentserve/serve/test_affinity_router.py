@@ -1,0 +1,207 @@
+"""Affinity end to end without a Ray cluster: the ingress puts the key on the engine
+request, Ray Serve's own request-router loop (with AffinityRouter and fake replicas)
+sends a conversation to one replica, yields under load and forgets a dead replica, and the
+model deployment's options name the router only when affinity is on."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from agentserve.engine.protocol import EngineRequest
+from agentserve.serve.affinity import AFFINITY_HEADER
+from agentserve.serve.affinity_router import ROUTER_PATH, AffinityRouter, request_affinity_key
+from agentserve.serve.app import deployment_options
+from agentserve.serve.backend import LocalBackend
+from agentserve.serve.ingress import create_app
+from agentserve.spec import DeploymentSpec
+from agentserve_bench.fake_engine import FakeEngine
+from asgi_calls import asgi_request
+from ray.serve._private.common import (
+    DeploymentHandleSource,
+    DeploymentID,
+    ReplicaID,
+    RequestMetadata,
+)
+from ray.serve.request_router import PendingRequest
+
+DEPLOYMENT = DeploymentID(name="m", app_name="a")
+TWO = {"min_replicas": 1, "max_replicas": 2}
+
+
+# -- the ingress side ---------------------------------------------------------------------
+class Recording(LocalBackend):
+    def __init__(self) -> None:
+        super().__init__(FakeEngine("m", 256))
+        self.sent: list[EngineRequest] = []
+
+    def generate(self, request: EngineRequest):
+        self.sent.append(request)
+        return super().generate(request)
+
+
+def _keys_sent(routing: dict, bodies: list[dict], headers: dict | None = None) -> list:
+    spec = DeploymentSpec.model_validate(
+        {"models": [{"name": "m", "max_model_len": 256, "replicas": TWO, "routing": routing}]}
+    )
+    backend = Recording()
+    app = create_app(spec, {"m": backend})
+
+    async def run() -> None:
+        for body in bodies:
+            reply = await asgi_request(app, "POST", "/v1/chat/completions", body, headers=headers)
+            assert reply.status == 200, reply.text
+
+    asyncio.run(backend.engine.start())
+    asyncio.run(run())
+    return [r.headers.get(AFFINITY_HEADER) for r in backend.sent]
+
+
+SYSTEM = {"role": "system", "content": "You are an agent."}
+TURN_1 = [SYSTEM, {"role": "user", "content": "one two three"}]
+TURN_2 = [*TURN_1, {"role": "assistant", "content": "four"}, {"role": "user", "content": "five"}]
+OTHER = [SYSTEM, {"role": "user", "content": "six seven"}]
+
+
+def _body(messages):
+    return {"model": "m", "messages": messages, "max_tokens": 2}
+
+
+def test_the_ingress_keys_a_conversation_by_its_leading_prompt():
+    first, second, other = _keys_sent({}, [_body(TURN_1), _body(TURN_2), _body(OTHER)])
+    assert first and first == second  # turn 2 goes where turn 1 went
+    assert other and other != first
+
+
+def test_the_session_header_keys_across_prompts():
+    keys = _keys_sent({}, [_body(TURN_1), _body(OTHER)], {"x-session-id": "conv-9"})
+    assert keys[0] and keys[0] == keys[1]
+
+
+def test_affinity_off_sends_no_key():
+    assert _keys_sent({"affinity": False}, [_body(TURN_1)]) == [None]
+
+
+def test_deployment_options_name_the_router_only_with_affinity():
+    def options(routing, replicas=TWO):
+        spec = DeploymentSpec.model_validate(
+            {"models": [{"name": "m", "replicas": replicas, "routing": routing}]}
+        )
+        return deployment_options(spec.models[0], spec)
+
+    config = options({"max_imbalance_requests": 3})["request_router_config"]
+    assert config.request_router_class == ROUTER_PATH
+    assert config.request_router_kwargs == {"max_imbalance_requests": 3}
+    assert "request_router_config" not in options({"affinity": False})
+    single = {"min_replicas": 1, "max_replicas": 1}
+    assert "request_router_config" not in options({}, single)  # nothing to choose between
+
+
+# -- the router, in Ray Serve's own routing loop -----------------------------------------
+@dataclass
+class FakeReplica:
+    """What Serve's router reads of a replica; `queue_len` is what it reports."""
+
+    name: str
+    queue_len: int = 0
+    max_ongoing_requests: int = 8
+    node_id: str = "node"
+    availability_zone: str | None = None
+    multiplexed_model_ids: set = field(default_factory=set)
+    routing_stats: dict = field(default_factory=dict)
+    is_cross_language: bool = False
+
+    @property
+    def replica_id(self) -> ReplicaID:
+        return ReplicaID(unique_id=self.name, deployment_id=DEPLOYMENT)
+
+    async def get_queue_len(self, *, deadline_s: float) -> int:
+        return self.queue_len
+
+
+def _pending(key: str | None) -> PendingRequest:
+    headers = {AFFINITY_HEADER: key} if key else {}
+    request = EngineRequest("r", "chat", SimpleNamespace(), headers)
+    metadata = RequestMetadata(request_id=f"id-{key}", internal_request_id=f"i-{id(request)}")
+    return PendingRequest(args=[request], kwargs={}, metadata=metadata)
+
+
+async def _new_router(replicas, max_imbalance=2) -> AffinityRouter:
+    router = AffinityRouter(
+        deployment_id=DEPLOYMENT,
+        handle_source=DeploymentHandleSource.UNKNOWN,
+        use_replica_queue_len_cache=True,
+    )
+    router.initialize_state(max_imbalance_requests=max_imbalance)
+    router.update_replicas(replicas)
+    return router
+
+
+async def _send(router: AffinityRouter, key: str | None) -> str:
+    """Route one request as Serve's router does; the chosen replica's queue grows."""
+    pending = _pending(key)
+    replica = await asyncio.wait_for(router._choose_replica_for_request(pending), 5)
+    router.on_request_routed(pending, replica.replica_id, None)
+    replica.queue_len += 1
+    router.on_new_queue_len_info(replica.replica_id, replica.queue_len)
+    return replica.name
+
+
+def test_a_key_stays_on_its_replica_until_it_is_overloaded():
+    async def run():
+        a, b = FakeReplica("a"), FakeReplica("b")
+        router = await _new_router([a, b], max_imbalance=2)
+        home = await _send(router, "conv-1")
+        other = b if home == "a" else a
+        stays = [await _send(router, "conv-1") for _ in range(2)]  # 2 over the other: ok
+        moved = await _send(router, "conv-1")  # 3 over: past the bound
+        after = await _send(router, "conv-1")  # the key moved with it
+        return home, other.name, stays, moved, after
+
+    home, other, stays, moved, after = asyncio.run(run())
+    assert stays == [home, home]
+    assert (moved, after) == (other, other)
+
+
+def test_new_keys_go_to_the_least_loaded_replica():
+    async def run():
+        a, b = FakeReplica("a", queue_len=5), FakeReplica("b", queue_len=0)
+        router = await _new_router([a, b])
+        for replica in (a, b):
+            router.on_new_queue_len_info(replica.replica_id, replica.queue_len)
+        return [await _send(router, f"new-{n}") for n in range(3)]
+
+    assert asyncio.run(run()) == ["b", "b", "b"]
+
+
+def test_a_dead_replica_is_forgotten_and_its_keys_move():
+    async def run():
+        a, b = FakeReplica("a"), FakeReplica("b")
+        router = await _new_router([a, b], max_imbalance=100)
+        home = await _send(router, "conv-1")
+        dead, alive = (a, b) if home == "a" else (b, a)
+        router.on_replica_actor_died(dead.replica_id)
+        router.update_replicas([alive])
+        return await _send(router, "conv-1"), alive.name, router._homes.get("conv-1")
+
+    routed, alive, remembered = asyncio.run(run())
+    assert routed == alive
+    assert remembered == ReplicaID(unique_id=alive, deployment_id=DEPLOYMENT).to_full_id_str()
+
+
+def test_requests_without_a_key_route_as_serves_default():
+    async def run():
+        router = await _new_router([FakeReplica("a"), FakeReplica("b")])
+        return [await _send(router, None) for _ in range(4)], len(router._homes)
+
+    names, remembered = asyncio.run(run())
+    assert set(names) <= {"a", "b"} and remembered == 0
+
+
+def test_the_key_is_read_from_the_engine_request_only():
+    async def run():  # a PendingRequest holds a future of the running loop
+        plain = PendingRequest(args=[], kwargs={}, metadata=_pending("x").metadata)
+        return [request_affinity_key(p) for p in (_pending("k1"), _pending(None), None, plain)]
+
+    assert asyncio.run(run()) == ["k1", None, None, None]
