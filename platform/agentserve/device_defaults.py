@@ -125,7 +125,8 @@ def with_catalog_drafters(
     """Each vLLM model on GPU replicas whose target is in the drafter catalog speculates
     with its published DFlash drafter, where its spec leaves the drafter to the default
     (drafter.enabled unset or true, method unset or dflash, no drafter.path) and `flag`
-    (--drafter/--no-drafter) is not False: method dflash, path and revision the catalog's,
+    (--drafter/--no-drafter) is not False; on CPU replicas only where speculation is asked
+    for (flag True, drafter.enabled true): method dflash, path and revision the catalog's,
     num_speculative_tokens block_size - 1 where unset. Returns the spec, notes for the user
     (which drafter and why; for uncatalogued GPU models, why none) and the names of the
     models the catalog decided."""
@@ -133,8 +134,9 @@ def with_catalog_drafters(
     data, notes, decided = _unset_dump(spec), [], set()
     for model, entry in zip(spec.models, data["models"], strict=True):
         drafter = model.drafter
-        if model.engine != "vllm" or not model.on_gpu or flag is False:
-            continue
+        asked = flag is True or ("enabled" in drafter.model_fields_set and drafter.enabled)
+        if model.engine != "vllm" or flag is False or not (model.on_gpu or asked):
+            continue  # on CPU only where speculation is asked for (--drafter, enabled: true)
         if "enabled" in drafter.model_fields_set and not drafter.enabled:
             continue  # --speculation none, or the spec's own "off"
         if drafter.path is not None or drafter.method != "dflash":

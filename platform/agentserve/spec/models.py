@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from agentserve.drafters.catalog import catalog_drafter
 from agentserve.engine.registry import BUILTIN_ENGINES, check_engine_name
 from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
 from agentserve.spec.base import _revision_field, _Spec
@@ -275,9 +276,11 @@ class ModelSpec(_Spec):
             and drafter.path is None
             and drafter.method in DFLASH_METHODS
             and self.source != BUNDLED_MODEL
+            and catalog_drafter(self.source) is None  # resolution fills the catalog's
         ):
             raise ValueError(
-                "drafter.path is required: the shipped drafter only fits the bundled model"
+                "drafter.path is required: the shipped drafter only fits the bundled model, "
+                "and the drafter catalog lists none for this source"
             )
         if drafter.enabled and drafter.method == "hybrid" and self.async_scheduling:
             raise ValueError(

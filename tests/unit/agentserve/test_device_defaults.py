@@ -10,7 +10,7 @@ import pytest
 from agentserve import device_defaults, spec_defaults
 from agentserve.drafters.catalog import CatalogEntry
 from agentserve.engine.vllm_args import batch_kwargs
-from agentserve.spec import ModelSpec, spec_from_dict
+from agentserve.spec import ModelSpec, SpecError, spec_from_dict
 from agentserve.spec_overrides import with_speculation
 
 QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "max_position_embeddings": 40960}
@@ -158,3 +158,23 @@ def test_a_drafter_that_needs_remote_code_gets_it():
     model = out.models[0]
     assert decided == {"m"} and model.engine_args == {"trust_remote_code": True}
     assert model.drafter.num_speculative_tokens == 3
+
+
+@pytest.mark.parametrize("num_gpus", [1, 0])
+def test_drafting_asked_for_without_a_path_takes_the_catalogs(hub_cache, num_gpus):
+    qwen = {**_gpu(), "replicas": {"num_gpus": num_gpus}, "drafter": {"enabled": True}}
+    model = spec_defaults.resolve_drafters(spec_from_dict({"models": [qwen]}), machine="avx2")[0]
+    drafter = model.models[0].drafter
+    assert (drafter.enabled, drafter.path) == (True, "z-lab/Qwen3-8B-DFlash-b16")
+
+
+def test_drafting_asked_for_an_uncatalogued_model_still_needs_a_path():
+    other = {**_gpu("Org/Unknown-7B"), "drafter": {"enabled": True}}
+    with pytest.raises(SpecError, match="drafter catalog lists none"):
+        spec_from_dict({"models": [other]})
+
+
+def test_a_cpu_model_left_unset_gets_no_catalog_drafter(hub_cache):
+    qwen = {**_gpu(), "replicas": {"num_gpus": 0}}
+    model = spec_defaults.resolve_drafters(spec_from_dict({"models": [qwen]}), machine="avx2")[0]
+    assert not model.models[0].drafter.enabled
