@@ -1,6 +1,9 @@
 """Defaults decided from a DeploymentSpec before it is served: the speculative method of each
 model whose spec leaves it open, and the drafted tokens by batch size of each drafter left at
-`speculation_schedule: auto` (autoscale/spec_schedule.py `with_default_schedules`).
+`speculation_schedule: auto` (autoscale/spec_schedule.py `with_default_schedules`); on GPU
+replicas the catalog's DFlash drafter and the model's own context length
+(device_defaults.py), and on `up` with CUDA visible, GPU replicas where the spec leaves
+replicas.num_gpus unset.
 
 It lives beside spec/, not in the CLI, so that everything that turns a spec into a
 deployment (`agentserve up`, the benchmarks) resolves the same spec to the same models.
@@ -15,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentserve.autoscale.spec_schedule import with_default_schedules
+from agentserve.device_defaults import with_catalog_drafters, with_context_lengths, with_gpus
 from agentserve.drafters import (
     DEFAULT_SPECULATION,
     default_dtype,
@@ -40,6 +44,7 @@ __all__ = [
     "with_default_drafters",
     "with_default_dtype",
     "with_default_schedules",
+    "with_device_defaults",
 ]
 
 
@@ -153,6 +158,9 @@ def resolve_drafters(
     costs say nothing about the replicas')."""
     here = machine is None
     machine = machine or machine_class()
+    if here and machine == "cuda":
+        spec = with_gpus(spec)  # `up` on a GPU machine: GPU replicas where the spec leaves it
+    spec, device_notes, catalogued = with_device_defaults(spec, flag)
     choice = _calibrate(spec, flag, machine, progress) if here else None
     if choice is None:
         dtype = default_dtype(BUNDLED_MODEL, machine)
@@ -190,15 +198,27 @@ def resolve_drafters(
     if decisions is not None:
         for model, before in zip(resolved.models, spec.models, strict=True):
             by_default = flag is None and "enabled" not in before.drafter.model_fields_set
+            decided = "drafter catalog" if model.name in catalogued else decided_by
             decisions[model.name] = {
-                "decided_by": decided_by if by_default else "spec",
+                "decided_by": decided if by_default or model.name in catalogued else "spec",
                 "method": model.drafter.method if model.drafter.enabled else "none",
                 "k": model.drafter.num_speculative_tokens if model.drafter.enabled else 0,
                 "dtype": model.dtype,
                 "machine": machine,
                 "predicted_speedup": choice.predicted_speedup if choice and by_default else None,
             }
-    return resolved, notes
+    return resolved, device_notes + notes
+
+
+def with_device_defaults(
+    spec: DeploymentSpec, flag: bool | None
+) -> tuple[DeploymentSpec, list[str], set[str]]:
+    """The model-dependent device defaults of GPU models (agentserve.device_defaults): the
+    catalog's DFlash drafter, then the model's own context length. Returns the spec, notes
+    for the user and the names of the models whose drafter the catalog decided."""
+    spec, drafter_notes, catalogued = with_catalog_drafters(spec, flag)
+    spec, context_notes = with_context_lengths(spec)
+    return spec, drafter_notes + context_notes, catalogued
 
 
 def with_default_dtype(spec: DeploymentSpec, dtype: str | None) -> DeploymentSpec:

@@ -1,6 +1,6 @@
-"""Flag overrides of a DeploymentSpec, re-validated: the server address and trusted hosts
-(`--host/--port/--trusted-host`) and every vLLM model's speculative method
-(`--speculation`).
+"""Flag overrides of a DeploymentSpec, re-validated: the model served (`--model`), the server
+address and trusted hosts (`--host/--port/--trusted-host`), every vLLM model's dtype and
+context length (`--dtype/--max-model-len`) and speculative method (`--speculation`).
 
 It lives beside spec/, not in the CLI, so that `agentserve up` and the benchmarks
 (agentserve_bench) override a spec the same way.
@@ -8,9 +8,67 @@ It lives beside spec/, not in the CLI, so that `agentserve up` and the benchmark
 
 from __future__ import annotations
 
-from agentserve.spec import DRAFTERLESS_METHODS, DeploymentSpec, spec_from_dict
+import re
+from pathlib import Path
 
-__all__ = ["with_overrides", "with_speculation"]
+from agentserve.drafters.catalog import catalog_drafter
+from agentserve.model_sources import BUNDLED_ALIASES, is_hub_id
+from agentserve.spec import (
+    BUNDLED_MODEL,
+    DFLASH_METHODS,
+    DRAFTERLESS_METHODS,
+    DeploymentSpec,
+    spec_from_dict,
+)
+
+__all__ = [
+    "served_name",
+    "spec_for_model",
+    "with_engine_settings",
+    "with_overrides",
+    "with_speculation",
+]
+
+
+def served_name(source: str) -> str:
+    """The served model id for `source`: a Hugging Face id as is, a directory's own name
+    (characters a model id may not hold become "-"), the bundled model's name."""
+    if source.strip().lower() in BUNDLED_ALIASES:
+        return BUNDLED_MODEL
+    if is_hub_id(source) and not Path(source).is_dir():
+        return source
+    name = re.sub(r"[^A-Za-z0-9._:/-]", "-", Path(source).expanduser().resolve().name)
+    return name.lstrip("._:/-")[:128] or "model"
+
+
+def spec_for_model(source: str | None) -> DeploymentSpec:
+    """`agentserve up --model HF_ID|PATH`: the default deployment serving `source` under
+    `served_name(source)` instead of the bundled model (None: the default deployment). An
+    existing directory is served by its absolute path, so a bare `my-model` dir works."""
+    if source is None:
+        return DeploymentSpec()
+    name = served_name(source)
+    path = Path(source).expanduser()
+    if source.strip().lower() not in BUNDLED_ALIASES and path.is_dir():
+        source = str(path.resolve())
+    return spec_from_dict({"models": [{"name": name, "source": source}]}, source="(--model)")
+
+
+def with_engine_settings(
+    spec: DeploymentSpec, dtype: str | None, max_model_len: int | None
+) -> DeploymentSpec:
+    """`--dtype` / `--max-model-len`: every vLLM model's dtype and context length (None:
+    the spec's, or the device's default where the spec leaves it)."""
+    if dtype is None and max_model_len is None:
+        return spec
+    data = spec.model_dump(mode="json", exclude_unset=True)  # unset stays unset
+    data["models"] = [m.model_dump(mode="json", exclude_unset=True) for m in spec.models]
+    for entry, model in zip(data["models"], spec.models, strict=True):
+        if model.engine != "vllm":
+            continue
+        settings = (("dtype", dtype), ("max_model_len", max_model_len))
+        entry.update({k: v for k, v in settings if v is not None})
+    return spec_from_dict(data, source="(with --dtype/--max-model-len)")
 
 
 def with_overrides(
@@ -32,7 +90,9 @@ def with_overrides(
 def with_speculation(spec: DeploymentSpec, method: str | None) -> DeploymentSpec:
     """`--speculation METHOD`: every vLLM model drafts with METHOD ("none": no drafting).
 
-    A drafter path in the spec is kept for dflash/eagle3 and dropped for drafterless methods.
+    A drafter path in the spec is kept for dflash/eagle3 and dropped for drafterless methods;
+    dflash or hybrid on a model without one drafts with the drafter catalog's for its
+    target (drafters/catalog.json; its block_size - 1 tokens where the spec sets none).
     """
     if method is None:
         return spec
@@ -47,4 +107,13 @@ def with_speculation(spec: DeploymentSpec, method: str | None) -> DeploymentSpec
             drafter["method"] = method
             if method in DRAFTERLESS_METHODS:
                 drafter.pop("path", None)
+            elif method in DFLASH_METHODS and "path" not in drafter:
+                _catalog_path(drafter, model.source)
     return spec_from_dict(data, source=f"(with --speculation {method})")
+
+
+def _catalog_path(drafter: dict, source: str) -> None:
+    found = catalog_drafter(source) if source != BUNDLED_MODEL else None
+    if found is not None:
+        drafter.update(path=found.drafter, revision=found.revision)
+        drafter.setdefault("num_speculative_tokens", found.num_speculative_tokens)

@@ -57,6 +57,7 @@ __all__ = ["FakeEngine", "FakeEngineFactory"]
 DEFAULT_MAX_TOKENS = 32
 FAULT_AFTER_TOKENS = 4
 REQUESTS_KEPT = 256  # engine.requests keeps the latest ones (bounded for soak runs)
+CONTEXT_WHERE_UNSET = 2048  # a GPU model's spec may leave max_model_len to its config
 
 
 class FakeEngine:
@@ -105,7 +106,7 @@ class FakeEngine:
     @classmethod
     def from_model(cls, model: Any) -> FakeEngine:
         """What `engine: fake` in a spec builds (the registry's contract)."""
-        return cls(model.name, model.max_model_len)
+        return cls(model.name, model.max_model_len or CONTEXT_WHERE_UNSET)
 
     @classmethod
     def expected_start_s(cls, model: Any) -> float:
@@ -302,11 +303,11 @@ class FakeEngineFactory:
     def __call__(self, model: Any) -> FakeEngine:
         return FakeEngine(
             model.name,
-            model.max_model_len,
+            model.max_model_len or CONTEXT_WHERE_UNSET,
             token_delay_s=self.token_delay_s,
             per_seq_delay_s=self.per_seq_delay_s,
             accept_per_step=self.accept_per_step,
-            max_num_seqs=model.max_num_seqs,
+            max_num_seqs=model.engine_slots,
             fault_prompts=self.fault_prompts,
             wake_delay_s=self.wake_delay_s,
         )

@@ -108,7 +108,7 @@ def bench_spec(
     data = spec.model_dump(mode="json", exclude_unset=True)
     data["models"] = [m.model_dump(mode="json", exclude_unset=True) for m in spec.models[:1]]
     model = data["models"][0]
-    model["max_num_seqs"] = max(max_num_seqs, spec.models[0].max_num_seqs)
+    model["max_num_seqs"] = max(max_num_seqs, spec.models[0].engine_slots)
     model["replicas"] = {"min_replicas": 1, "max_replicas": 1}
     if engine == "fake":
         model.update(engine="fake", drafter={"enabled": False})

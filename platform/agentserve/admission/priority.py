@@ -76,7 +76,7 @@ MAX_RETRY_AFTER_S = 60.0
 def replica_slots(model: ModelSpec) -> int:
     """Requests one replica takes at once (Serve's max_ongoing_requests): the engine runs
     max_num_seqs and queues as many again, so a freed slot never waits for the ingress."""
-    return 2 * model.max_num_seqs
+    return 2 * model.engine_slots
 
 
 def is_batch_class(sla_class: str | None) -> bool:

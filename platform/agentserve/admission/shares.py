@@ -41,7 +41,7 @@ def model_capacity(model: ModelSpec, max_queue_len: int) -> int:
     503: every engine slot at max_replicas (max_num_seqs each) plus the queue. The one
     definition: admission, the capacity gauge the alerts read, and the ingress
     deployment's own max_ongoing_requests (serve/app.py) all use it."""
-    return model.max_num_seqs * model.replicas.max_replicas + max_queue_len
+    return model.engine_slots * model.replicas.max_replicas + max_queue_len
 
 
 def ingress_replicas(spec: DeploymentSpec) -> int:

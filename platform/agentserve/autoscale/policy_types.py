@@ -26,7 +26,7 @@ __all__ += ["replica_schedule"]
 # PolicySpec.from_deployment does for a spec that sets nothing.
 _AUTOSCALING = AutoscalingSpec()
 _REPLICAS = ReplicaSpec()
-_MAX_NUM_SEQS: int = ModelSpec.model_fields["max_num_seqs"].default
+_MAX_NUM_SEQS: int = ModelSpec().engine_slots  # a CPU replica's
 DEFAULT_REPLICA_START_S = 60.0
 """Expected cold-start time of a replica when neither the replicas (Snapshot.replica_start_s)
 nor the engine (its expected_start_s) says otherwise."""
@@ -158,7 +158,7 @@ class PolicySpec:
         return cls(
             min_replicas=model.replicas.min_replicas,
             max_replicas=model.replicas.max_replicas,
-            max_num_seqs=model.max_num_seqs,
+            max_num_seqs=model.engine_slots,
             slas={n: Sla(s.ttft_p95_ms, s.tpot_p95_ms) for n, s in tenant_slas.items()},
             default_sla=Sla(a.open_mode_sla.ttft_p95_ms, a.open_mode_sla.tpot_p95_ms),
             upscale_ratio=a.upscale_sla_ratio,
@@ -222,5 +222,5 @@ def replica_schedule(model: ModelSpec) -> tuple[tuple[int, int, int], ...] | Non
         return None
     ranges = drafter.num_speculative_tokens_per_batch_size
     if ranges is None:
-        return ((1, model.max_num_seqs, drafter.num_speculative_tokens),)
+        return ((1, model.engine_slots, drafter.num_speculative_tokens),)
     return tuple((start, end, k) for start, end, k in ranges)

@@ -152,7 +152,7 @@ def ray_autoscaling_config(
     if model.replicas.initial_replicas is not None:
         config["initial_replicas"] = model.replicas.initial_replicas
     if spec.autoscaling.policy == "ray_default":
-        target = model.max_num_seqs * spec.autoscaling.target_utilization
+        target = model.engine_slots * spec.autoscaling.target_utilization
         config["target_ongoing_requests"] = max(1.0, target)
         config["upscale_delay_s"] = spec.autoscaling.upscale_delay_s
         config["downscale_delay_s"] = spec.autoscaling.downscale_delay_s

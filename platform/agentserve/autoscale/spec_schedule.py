@@ -222,7 +222,7 @@ def measured_acceptance(model: ModelSpec) -> tuple[float, float] | None:
 def schedule_for(model: ModelSpec, latency_model: LatencyModel) -> list[list[int]]:
     """The per-batch schedule for one model's drafter, as spec data ([[start, end, k]])."""
     ranges = speculation_schedule(
-        latency_model, model.max_num_seqs, model.drafter.num_speculative_tokens
+        latency_model, model.engine_slots, model.drafter.num_speculative_tokens
     )
     return [list(r) for r in ranges]
 

@@ -1,8 +1,10 @@
 """`agentserve up`: serve a DeploymentSpec on local Ray until Ctrl-C or SIGTERM.
 
-Order: load spec (+ --host/--port, drafter default) -> check drafters and port -> prepare
-model weights -> start Ray + Serve -> poll until every deployment is healthy and /health
-answers -> print URL and examples -> wait for a signal -> serve.shutdown, ray.shutdown.
+Order: load spec (--spec, or --model's deployment; + --dtype/--max-model-len, --host/--port,
+device and drafter defaults) -> check drafters and port -> prepare model weights (then the
+context length of a GPU model downloaded just now) -> start Ray + Serve -> poll until every
+deployment is healthy and /health answers -> print URL and examples -> wait for a signal ->
+serve.shutdown, ray.shutdown.
 Exit codes: 0 stopped cleanly, 1 failed to start, 2 invalid input (spec, port, drafter).
 """
 
@@ -22,11 +24,11 @@ from agentserve.cli.console import Console
 from agentserve.cli.signals import StopSignals
 from agentserve.cli.traces import (
     PhoenixNotInstalledError,
-    add_trace_options,
     phoenix_executable,
     traces_for_up,
 )
-from agentserve.drafters import default_speculation
+from agentserve.cli.up_args import add_up_parser
+from agentserve.device_defaults import with_context_lengths
 from agentserve.engine.cpu_info import read_cpu_info
 from agentserve.engine.start_phases import (
     current_phase,
@@ -40,9 +42,14 @@ from agentserve.serve import local
 from agentserve.serve.local import admin_url, current_app_state, readiness
 from agentserve.serve.names import deployment_name
 from agentserve.serve.ready import wait_ready
-from agentserve.spec import BUNDLED_MODEL, DeploymentSpec, SpecError, load_spec
+from agentserve.spec import DeploymentSpec, SpecError, load_spec
 from agentserve.spec_defaults import resolve_drafters
-from agentserve.spec_overrides import with_overrides, with_speculation
+from agentserve.spec_overrides import (
+    spec_for_model,
+    with_engine_settings,
+    with_overrides,
+    with_speculation,
+)
 
 __all__ = ["add_parser", "run_up"]
 # with_overrides, with_speculation (spec_overrides.py) and admin_url (serve/local.py) are
@@ -85,12 +92,24 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def base_spec(args: argparse.Namespace) -> DeploymentSpec:
+    """The spec `up` starts from: --spec's file, else --model's deployment (default: the
+    bundled model), with --dtype/--max-model-len; SpecError for --spec with --model."""
+    model = getattr(args, "model", None)
+    if model is not None and args.spec:
+        raise SpecError("--model and --spec: choose one (a spec file names its own models)")
+    spec = load_spec(args.spec) if args.spec else spec_for_model(model)
+    return with_engine_settings(
+        spec, getattr(args, "dtype", None), getattr(args, "max_model_len", None)
+    )
+
+
 def load_up_spec(
     args: argparse.Namespace, console: Console | None = None
 ) -> tuple[DeploymentSpec, list[str]]:
-    """The spec `up` serves: file or default, flags applied, drafter defaults decided (and
-    exported for the metrics: calibration.export_decisions)."""
-    spec = load_spec(args.spec) if args.spec else DeploymentSpec()
+    """The spec `up` serves: base_spec, flags applied, device and drafter defaults decided
+    (and exported for the metrics: calibration.export_decisions)."""
+    spec = base_spec(args)
     spec = with_speculation(spec, getattr(args, "speculation", None))
     decisions: dict[str, dict] = {}
     progress = None
@@ -108,7 +127,7 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
     try:
         # what fails fast, first: the ports and the trace UI, before the default
         # speculation converts and times the model on a CPU without served figures
-        plain = load_spec(args.spec) if args.spec else DeploymentSpec()
+        plain = base_spec(args)
         server = with_overrides(plain, args.host, args.port, args.trusted_host).server
         check_port_free(server.host, server.port)
         if server.metrics_port is not None:
@@ -123,6 +142,10 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
     for note in notes:
         console.warn(note)
     prepare_models(spec, console)
+    spec, more = with_context_lengths(spec)  # a GPU model's config, downloaded just now
+    notes += more
+    for note in more:
+        console.warn(note)
     try:
         # Ray prints task errors and worker lines on sys.stdout; keep stdout for our output.
         with (
@@ -130,7 +153,7 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
             traces_for_up(args, console),  # --traces: Phoenix, and OTLP env for Ray's workers
             contextlib.redirect_stdout(sys.stderr),
         ):
-            return _serve(spec, drafters, args, console, signals)
+            return _serve(spec, drafters, args, console, signals, notes)
     except PhoenixNotInstalledError as err:
         console.error(str(err))
         return 2
@@ -157,6 +180,7 @@ def _serve(
     args: argparse.Namespace,
     console: Console,
     signals: StopSignals,
+    notes: list[str],
 ) -> int:
     stop = signals.stop
     started = time.monotonic()
@@ -177,7 +201,7 @@ def _serve(
             return 1
         ok = _wait_ready(spec, console, stop, started, args.start_timeout_s)
         if ok:
-            _print_ready(spec, drafters, console, time.monotonic() - started)
+            _print_ready(spec, drafters, console, time.monotonic() - started, notes)
             _watch(console, stop)
         return 0 if ok or stop.is_set() else 1
     finally:
@@ -275,7 +299,11 @@ def examples(base_url: str, model: str, needs_key: bool) -> dict[str, str]:
 
 
 def _print_ready(
-    spec: DeploymentSpec, drafters: dict[str, str | None], console: Console, took_s: float
+    spec: DeploymentSpec,
+    drafters: dict[str, str | None],
+    console: Console,
+    took_s: float,
+    notes: list[str],
 ) -> None:
     base = local.base_url(spec)
     model = spec.models[0].name
@@ -290,6 +318,7 @@ def _print_ready(
             base_url=f"{base}/v1",
             models=[m.name for m in spec.models],
             drafters=drafters,
+            notes=notes,  # how each model's defaults were decided (device, drafter)
             took_s=round(took_s, 1),
             machine=cpu.as_dict(),
             **snippets,
@@ -323,64 +352,6 @@ def _clock(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def _default_method() -> str:
-    """How the bundled model speculates by default on this kind of CPU, for --help."""
-    from agentserve.drafters import DEFAULT_SPECULATION, machine_class
-
-    if (BUNDLED_MODEL, machine_class()) not in DEFAULT_SPECULATION:
-        return (
-            "the method it picks from this machine's step costs, timed at the first start "
-            "(no served figures for this kind of CPU)"
-        )
-    method = default_speculation(BUNDLED_MODEL)
-    if method is None:
-        return "none (nothing beat plain decoding through the server on this kind of CPU)"
-    return f"{method}, measured fastest through the server on this kind of CPU"
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register `up` on the CLI's subparsers."""
-    p = sub.add_parser(
-        "up",
-        help="serve models on local Ray with the OpenAI-compatible API (Ctrl-C stops)",
-        description="Start local Ray + Ray Serve with a DeploymentSpec (default: the bundled "
-        f"model {BUNDLED_MODEL} on CPU, speculating with {_default_method()}) and serve "
-        "the OpenAI-compatible API until Ctrl-C or SIGTERM.",
-    )
-    p.add_argument("--spec", help="DeploymentSpec YAML/JSON (default: the embedded deployment)")
-    p.add_argument("--host", help="bind address (default: the spec's server.host, 127.0.0.1)")
-    p.add_argument("--port", type=int, help="API port (default: the spec's server.port, 8000)")
-    p.add_argument(
-        "--trusted-host",
-        action="append",
-        metavar="NAME",
-        help="with no API keys, also answer requests whose Host is NAME (repeatable; "
-        "localhost, 127.0.0.1 and ::1 always are): server.trusted_hosts",
-    )
-    p.add_argument(
-        "--drafter",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="force speculative drafting on or off for every model, with each spec's "
-        "drafter.method (default dflash) (default: the spec's setting; the bundled model "
-        f"speculates with {_default_method()} unless the spec sets drafter.enabled)",
-    )
-    p.add_argument(
-        "--speculation",
-        choices=("dflash", "ngram", "hybrid", "suffix", "eagle3", "mtp", "none"),
-        default=None,
-        help="speculative decoding method for every model (default: the spec's drafter; "
-        f"the bundled model speculates with {_default_method()}; docs/benchmarks.md). "
-        "dflash uses the shipped DFlash drafter or drafter.path; ngram "
-        "(prompt lookup) needs no drafter; hybrid drafts with n-gram where prompt lookup "
-        "matches and with the DFlash drafter elsewhere; eagle3 needs drafter.path in the spec",
-    )
-    p.add_argument(
-        "--start-timeout-s",
-        type=float,
-        default=900.0,
-        help="give up when not ready after this many seconds (default: %(default)s)",
-    )
-    p.add_argument("--verbose", action="store_true", help="show Ray's, Serve's and vLLM's own logs")
-    add_trace_options(p, flag=True)  # --traces, --traces-port, --traces-grpc-port
-    p.set_defaults(handler=run_up)
+    """Register `up` on the CLI's subparsers (its options: cli/up_args.py)."""
+    add_up_parser(sub).set_defaults(handler=run_up)

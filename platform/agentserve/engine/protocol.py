@@ -217,7 +217,7 @@ class Engine(Protocol):
     """
 
     model_name: str
-    max_model_len: int
+    max_model_len: int | None  # None: the model's own, as the engine decides (GPU)
 
     async def start(self) -> None: ...
 

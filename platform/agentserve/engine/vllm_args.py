@@ -24,6 +24,7 @@ from dflash.config import DFlashConfig
 
 __all__ = [
     "DrafterMissingError",
+    "batch_kwargs",
     "check_engine_args",
     "check_quantization",
     "engine_kwargs",
@@ -163,8 +164,7 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         "model": str(model_dir),
         "served_model_name": [model.name],  # a list, as vLLM's CLI parser makes it
         "dtype": model.dtype,
-        "max_model_len": model.max_model_len,
-        "max_num_seqs": model.max_num_seqs,
+        **batch_kwargs(model, model_dir),
         "enable_prefix_caching": model.enable_prefix_caching,
         "speculative_config": speculative_config(model),
         "disable_log_stats": False,  # spec-decode and latency counters feed metrics/autoscaling
@@ -212,6 +212,28 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
                 f"model {model.name!r}: hybrid drafting needs async_scheduling off "
                 "(engine_args sets it on)"
             )
+    return kwargs
+
+
+def batch_kwargs(model: ModelSpec, model_dir: str | Path | None = None) -> dict[str, Any]:
+    """max_model_len and max_num_seqs as the engine gets them. CPU replicas: the spec's
+    (filled with CPU_ENGINE_DEFAULTS). GPU replicas: max_num_seqs only where the spec sets
+    it (else vLLM's default); max_model_len -1 (vLLM's auto-fit: the model's own context,
+    capped to what fits the GPU's KV cache) where the spec leaves it null or where it is
+    the model's own length (`model_context_length` of `model_dir`, as the spec's resolution
+    fills it), else the spec's value."""
+    from agentserve.device_defaults import model_context_length
+
+    kwargs: dict[str, Any] = {}
+    if model.max_num_seqs is not None:
+        kwargs["max_num_seqs"] = model.max_num_seqs
+    context = model.max_model_len
+    if model.on_gpu and (
+        context is None or (model_dir is not None and context == model_context_length(model_dir))
+    ):
+        context = -1
+    if context is not None:
+        kwargs["max_model_len"] = context
     return kwargs
 
 

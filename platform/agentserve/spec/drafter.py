@@ -26,7 +26,11 @@ class DrafterSpec(_Spec):
         description="Speculate with the drafter. Unset on the bundled model: the method "
         "measured fastest through the server on the kind of machine the replicas run on "
         "(agentserve up: this machine, calibrated where unmeasured; Kubernetes: GPU replicas "
-        "as 'cuda', CPU replicas of unknown kind), plain decoding where none is measured.",
+        "as 'cuda', CPU replicas of unknown kind), plain decoding where none is measured. "
+        "Unset on GPU replicas of a model the drafter catalog lists (agentserve/drafters/"
+        "catalog.json, e.g. Qwen/Qwen3-8B): its published DFlash drafter (path unset, "
+        "method dflash, num_speculative_tokens block_size - 1 where unset); other models "
+        "decode plainly.",
     )
     path: str | None = Field(
         None,

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from agentserve.drafters.catalog import catalog_drafter
 from agentserve.engine.registry import BUILTIN_ENGINES, check_engine_name
 from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
 from agentserve.spec.aliases import canonical_model_fields
@@ -43,6 +44,21 @@ SPEC_OWNED_ENGINE_ARGS = {
 }
 """vLLM engine arguments that a ModelSpec field decides: `engine_args` may not set them."""
 
+CPU_ENGINE_DEFAULTS: dict[str, Any] = {
+    "dtype": "bfloat16",
+    "max_model_len": 2048,
+    "max_num_seqs": 8,
+}
+"""What a model on CPU replicas (replicas.num_gpus 0) gets where its spec leaves the field
+null: the settings the CPU benchmarks were measured with (docs/benchmarks.md)."""
+GPU_ENGINE_DEFAULTS: dict[str, Any] = {"dtype": "auto"}
+"""... and on GPU replicas; max_model_len comes from the model's config when the spec is
+resolved (agentserve.device_defaults), max_num_seqs stays null (vLLM's own default)."""
+VLLM_GPU_MAX_NUM_SEQS = 256
+"""vLLM's default max_num_seqs on GPUs under 70 GiB (vllm/engine/arg_utils.py; 1024 above):
+the batch slots the autoscaler and admission plan with where a GPU replica leaves
+max_num_seqs to vLLM (the smaller of its defaults: never more requests than it runs)."""
+
 
 class ModelSpec(_Spec):
     """One served model: weights, engine settings, drafter and replicas."""
@@ -61,10 +77,20 @@ class ModelSpec(_Spec):
         "Hugging Face format directory (absolute or ./relative).",
     )
     revision: str | None = _revision_field("source")
-    dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
-        "bfloat16", description="Weight and activation dtype."
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] | None = Field(
+        None,
+        description="Weight and activation dtype. null = by device: on CPU replicas "
+        "(replicas.num_gpus 0) bfloat16 (float32 on kinds of CPU where it measured faster "
+        "through the server); on GPU replicas auto (the checkpoint's own).",
     )
-    max_model_len: int = Field(2048, ge=16, description="Context length: prompt + output tokens.")
+    max_model_len: int | None = Field(
+        None,
+        ge=16,
+        description="Context length: prompt + output tokens. null = by device: 2048 on CPU "
+        "replicas; on GPU replicas the model's own (config.json max_position_embeddings, "
+        "read from a local directory or the hub cache when the spec is resolved), which the "
+        "engine fits to the GPU's memory (vLLM's auto-fit; an explicit value is used as is).",
+    )
     engine: str = Field(
         "vllm",
         description="Serving engine (vLLM: its CPU and GPU builds alike).",
@@ -85,7 +111,13 @@ class ModelSpec(_Spec):
         "burst detection plan with them. null = the platform's own model for the bundled "
         "model on CPU; none elsewhere (reactive scaling only).",
     )
-    max_num_seqs: int = Field(8, ge=1, description="Engine batch cap: sequences run at once.")
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="Engine batch cap: sequences run at once. null = by device: 8 on CPU "
+        "replicas; vLLM's own default on GPU replicas (256; 1024 on GPUs of 70 GiB or more), "
+        f"which the autoscaler and admission plan as {VLLM_GPU_MAX_NUM_SEQS}.",
+    )
     async_scheduling: bool = Field(
         False, description="vLLM async scheduling: prepare batch N+1 while the device runs N."
     )
@@ -105,7 +137,7 @@ class ModelSpec(_Spec):
         gt=0,
         le=1,
         description="Fraction of each GPU's memory vLLM may use (weights + KV cache); "
-        "null = vLLM's default (0.9).",
+        "null = vLLM's default (0.9). GPU replicas only.",
     )
     quantization: str | None = Field(
         None,
@@ -221,6 +253,29 @@ class ModelSpec(_Spec):
         )
 
     @model_validator(mode="after")
+    def _device_defaults(self) -> ModelSpec:
+        """Fill the null engine fields with the device's defaults (CPU_ENGINE_DEFAULTS or
+        GPU_ENGINE_DEFAULTS by replicas.num_gpus), leaving them out of model_fields_set: a
+        dump with exclude_unset still says the spec left them to the device."""
+        defaults = GPU_ENGINE_DEFAULTS if self.on_gpu else CPU_ENGINE_DEFAULTS
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)  # not __setattr__: fields_set unchanged
+        return self
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether this model's replicas run on GPUs (replicas.num_gpus > 0)."""
+        return self.replicas.num_gpus > 0
+
+    @property
+    def engine_slots(self) -> int:
+        """Sequences one replica's engine runs at once, for planning (autoscaler, admission,
+        Serve's max_ongoing_requests): max_num_seqs, or VLLM_GPU_MAX_NUM_SEQS where a GPU
+        replica leaves it to vLLM."""
+        return self.max_num_seqs if self.max_num_seqs is not None else VLLM_GPU_MAX_NUM_SEQS
+
+    @model_validator(mode="after")
     def _check_drafter(self) -> ModelSpec:
         if self.revision is not None and not is_hub_id(self.source):
             raise ValueError("revision: only a Hugging Face id `source` has revisions")
@@ -232,16 +287,19 @@ class ModelSpec(_Spec):
             and drafter.path is None
             and drafter.method in DFLASH_METHODS
             and self.source != BUNDLED_MODEL
+            and catalog_drafter(self.source) is None  # resolution fills the catalog's
         ):
             raise ValueError(
-                "drafter.path is required: the shipped drafter only fits the bundled model"
+                "drafter.path is required: the shipped drafter only fits the bundled model, "
+                "and the drafter catalog lists none for this source"
             )
         if drafter.enabled and drafter.method == "hybrid" and self.async_scheduling:
             raise ValueError(
                 "async_scheduling: hybrid drafting needs it off (vLLM cannot schedule "
                 "asynchronously with per-request draft lengths)"
             )
-        if drafter.enabled and drafter.num_speculative_tokens >= self.max_model_len:
+        context = self.max_model_len
+        if drafter.enabled and context is not None and drafter.num_speculative_tokens >= context:
             raise ValueError(
                 f"drafter.num_speculative_tokens ({drafter.num_speculative_tokens}) "
                 f"must be smaller than max_model_len ({self.max_model_len})"
@@ -266,7 +324,7 @@ class ModelSpec(_Spec):
                 f"({pp}): each node holds whole pipeline stages of {tp} GPUs"
             )
         batched = self.max_num_batched_tokens
-        if batched is not None and batched < self.max_num_seqs:
+        if batched is not None and self.max_num_seqs and batched < self.max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({batched}) must be >= max_num_seqs "
                 f"({self.max_num_seqs}): every running sequence decodes each step"

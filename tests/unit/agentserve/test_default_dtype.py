@@ -39,7 +39,7 @@ def test_gpu_replicas_and_other_models_keep_theirs(float32_on_avx2):
     other = {"name": "other", "source": "Qwen/Qwen3-0.6B", "replicas": {"num_gpus": 0}}
     spec = spec_from_dict({"models": [gpu, other]})
     out = spec_defaults.with_default_dtype(spec, "float32")
-    assert [m.dtype for m in out.models] == ["bfloat16", "bfloat16"]
+    assert [m.dtype for m in out.models] == ["auto", "bfloat16"]  # GPU: the device default
 
 
 def test_the_copy_keeps_what_the_spec_left_unset(float32_on_avx2):

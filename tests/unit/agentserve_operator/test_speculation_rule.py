@@ -61,3 +61,19 @@ def test_the_operator_result_is_resolve_drafters_for_the_replicas_machine(machin
     desired = _desired(model)
     alone, _ = spec_defaults.resolve_drafters(spec_from_dict({"models": [model]}), machine=machine)
     assert desired.spec.models[0].drafter == alone.models[0].drafter
+
+
+def test_a_catalogued_gpu_model_gets_its_dflash_drafter_and_the_gpu_defaults(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # the operator's pod: no model cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    qwen = {"name": "qwen3-8b", "source": "Qwen/Qwen3-8B", "replicas": {"num_gpus": 1}}
+    (model,) = _desired(qwen).spec.models
+    assert (model.drafter.enabled, model.drafter.method) == (True, "dflash")
+    assert (model.drafter.path, model.drafter.num_speculative_tokens) == (
+        "z-lab/Qwen3-8B-DFlash-b16",
+        15,
+    )
+    # dtype auto; the context length is the engine's to read (and fit) where the pod starts
+    assert (model.dtype, model.max_model_len, model.max_num_seqs) == ("auto", None, None)
+    opted_out = {**qwen, "drafter": {"enabled": False}}
+    assert not _desired(opted_out).spec.models[0].drafter.enabled
