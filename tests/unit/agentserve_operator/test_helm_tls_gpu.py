@@ -9,6 +9,7 @@ import subprocess
 
 import kuberay_crds
 import pytest
+import yaml
 from agentserve_operator import kuberay as kr
 from agentserve_operator.chart import CHART_DIR
 from agentserve_operator.fake import FakeCluster
@@ -66,6 +67,18 @@ def test_a_bare_model_source_renders_a_gpu_rayservice_each_kuberay_takes(chart, 
     limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "1" and worker["rayStartParams"]["num-gpus"] == "1"
     assert rs["spec"]["upgradeStrategy"] == {"type": "None"}  # never twice the GPUs
+    [model] = _served_models(rs)
+    assert model["dtype"] == "auto" and model["max_model_len"] is None  # vLLM fits the context
+    drafter = model["drafter"]
+    assert (drafter["enabled"], drafter["method"]) == (True, "dflash")
+    assert drafter["path"] == "z-lab/Qwen3-8B-DFlash-b16"  # the drafter catalog's row
+    assert drafter["num_speculative_tokens"] == 15  # block size 16 - 1
+
+
+def _served_models(rs) -> list[dict]:
+    """The model specs the RayService's Serve application is built with."""
+    [app] = yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"]
+    return app["args"]["spec"]["models"]
 
 
 def test_ingress_is_off_by_default(chart):  # noqa: F811
