@@ -209,7 +209,12 @@ def values_schema() -> dict[str, Any]:
                          "RBAC."),
             "networkPolicy": _obj(
                 {"enabled": _bool("NetworkPolicy for the operator pod (the Ray pods get "
-                                  "theirs from the operator).")},
+                                  "theirs from the operator)."),
+                 "monitoringNamespaces": {
+                     "type": "array",
+                     "items": {"type": "string", "minLength": 1, "maxLength": 63},
+                     "description": "Namespaces whose pods may scrape the operator's "
+                     "metrics; empty = every namespace."}},
                 "NetworkPolicy.",
             ),
             "serviceAccount": _obj(

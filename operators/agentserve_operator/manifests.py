@@ -302,8 +302,9 @@ DASHBOARD_PORTS = (DASHBOARD_PORT, DASHBOARD_AGENT_PORT)
 
 
 def network_policy(d: r.Desired) -> dict[str, Any]:
-    """Who may reach the Ray pods: anyone the API port (keys guard it); pods of the
-    cluster the admin and Ray metrics ports (Prometheus); KubeRay's operator (in
+    """Who may reach the Ray pods: anyone the API port (keys guard it); pods of
+    kubernetes.monitoring_namespaces (empty: of every namespace) the admin and Ray metrics
+    ports (Prometheus; /status, tenant names in the metrics); KubeRay's operator (in
     kubernetes.kuberay_namespace) the dashboard ports; the deployment's own Ray pods every
     port (GCS, raylets, object transfer).
     Everything else (GCS 6379, Ray client 10001, the dashboard from elsewhere) is refused.
@@ -326,12 +327,21 @@ def network_policy(d: r.Desired) -> dict[str, Any]:
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"ports": [_tcp(d.spec.server.port)]},
-                {"from": [{"namespaceSelector": {}}], "ports": [_tcp(p) for p in admin]},
+                {"from": _scrapers(d), "ports": [_tcp(p) for p in admin]},
                 {"from": [kuberay], "ports": [_tcp(p) for p in DASHBOARD_PORTS]},
                 {"from": [{"podSelector": ray_pods}]},
             ],
         },
     }
+
+
+def _scrapers(d: r.Desired) -> list[dict[str, Any]]:
+    """Peers of the admin ports: pods of the monitoring namespaces, or of every one."""
+    names = list(d.kube.monitoring_namespaces)
+    if not names:
+        return [{"namespaceSelector": {}}]
+    match = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": names}
+    return [{"namespaceSelector": {"matchExpressions": [match]}}]
 
 
 def _tcp(port: int) -> dict[str, Any]:

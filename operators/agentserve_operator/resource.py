@@ -17,7 +17,7 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from agentserve.api.auth import KEY_SALT_ENV, salted_key_hash
 from agentserve.api.cache_salt import KEY_ENV as CACHE_SALT_KEY_ENV
@@ -30,7 +30,14 @@ from agentserve.spec import (
     spec_from_dict,
 )
 from agentserve.spec_defaults import resolve_drafters
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from agentserve_operator.cluster_spec import (
     GcsFaultToleranceSpec,
@@ -80,6 +87,11 @@ RESERVED_ENV = frozenset({"AGENTSERVE_SPEC", "AGENTSERVE_POD_IP", "HF_HOME", "HF
 
 class _K8s(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+_Namespace = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+]
 
 
 class KubernetesSpec(_K8s):
@@ -144,6 +156,12 @@ class KubernetesSpec(_K8s):
         description="Namespace of KubeRay's operator: only its pods (labels "
         "kuberay_operator_labels) in this namespace may reach the Ray "
         "dashboard and dashboard agent (NetworkPolicy).",
+    )
+    monitoring_namespaces: list[_Namespace] = Field(
+        default_factory=list,
+        description="Namespaces whose pods may scrape the admin ports (/metrics, /status: "
+        "tenant names are in the metrics) and Ray's metrics port (NetworkPolicy), e.g. "
+        "[monitoring]; empty = pods of every namespace.",
     )
     kuberay_operator_labels: dict[str, str] = Field(
         default_factory=lambda: dict(KUBERAY_OPERATOR_LABELS),

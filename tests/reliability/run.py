@@ -28,6 +28,7 @@ from tests.reliability import (
     faults,
     fuzz,
     hostile_input,
+    hostile_lists,
     keeper_faults,
     memory_amplification,
     tenants,
@@ -41,6 +42,7 @@ __all__ = ["DOCS", "all_scenarios", "main", "markdown_table", "run_scenarios"]
 MODULES = (
     faults,
     hostile_input,
+    hostile_lists,
     fuzz,
     tenants,
     keeper_faults,

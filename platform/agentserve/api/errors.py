@@ -2,13 +2,16 @@
 body of any other error the ingress meets, and the app's exception handlers.
 
 Body shape (OpenAI): {"error": {"message", "type", "param", "code"}}. Client mistakes are
-4xx; only bugs become 500. Client and engine errors keep their status and message; anything
-else is a 500 whose body names no internal detail (the detail is logged).
+4xx; only bugs become 500. Client errors (ours, and the engine's 4xx) keep their status and
+message. An engine that is unavailable (503) or any other error (500) gets a generic
+message with a request id: Ray's and the engine's own text (hosts, pids, stack details)
+is logged under that id, never sent.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from agentserve.engine.protocol import EngineRequestError, EngineUnavailableError
@@ -27,6 +30,7 @@ __all__ = [
     "RequestTooLargeError",
     "error_body",
     "install_error_handlers",
+    "request_id_of",
 ]
 
 log = logging.getLogger("agentserve.serve.ingress")
@@ -147,15 +151,29 @@ class OverloadedError(APIError):
         return {"Retry-After": str(max(1, round(self.retry_after_s)))}
 
 
-def error_body(err: Exception) -> dict:
-    """The OpenAI error object for `err`; a generic server_error for anything unexpected."""
+def error_body(err: Exception, request_id: str | None = None) -> dict:
+    """The OpenAI error object for `err`. An unavailable engine (503) or anything
+    unexpected (500) gets a generic message naming `request_id` (default: a new one), and
+    its own text is logged under that id."""
     if isinstance(err, APIError):
         return err.body()
     if isinstance(err, EngineRequestError):
         return _body(err.message, err.type, err.param, err.code)
+    request_id = request_id or uuid.uuid4().hex
     if isinstance(err, EngineUnavailableError):
-        return OverloadedError(str(err) or "the model is unavailable").body()
-    return _body("internal server error", "server_error")
+        log.warning("request %s: model unavailable: %s", request_id, err)
+        message = f"the model is unavailable right now; retry later (request id {request_id})"
+        return OverloadedError(message).body()
+    log.error("request %s failed: %r", request_id, err)
+    return _body(f"internal server error (request id {request_id})", "server_error")
+
+
+def request_id_of(headers: Any) -> str:
+    """The client's x-request-id (printable, at most 128 characters) or a new id."""
+    given = headers.get("x-request-id") if headers is not None else None
+    if isinstance(given, str) and 0 < len(given) <= 128 and given.isprintable():
+        return given
+    return uuid.uuid4().hex
 
 
 def _body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict:
@@ -178,8 +196,10 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(err), status_code=err.status)
 
     @app.exception_handler(EngineUnavailableError)
-    async def _unavailable(_: Request, err: EngineUnavailableError) -> JSONResponse:
-        return JSONResponse(error_body(err), status_code=503, headers={"Retry-After": "1"})
+    async def _unavailable(request: Request, err: EngineUnavailableError) -> JSONResponse:
+        request_id = request_id_of(request.headers)
+        headers = {"Retry-After": "1", "x-request-id": request_id}
+        return JSONResponse(error_body(err, request_id), status_code=503, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
@@ -187,6 +207,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(body, status_code=err.status_code)
 
     @app.exception_handler(Exception)
-    async def _bug(_: Request, err: Exception) -> JSONResponse:
-        log.exception("unhandled error in request", exc_info=err)
-        return JSONResponse(error_body(err), status_code=500)
+    async def _bug(request: Request, err: Exception) -> JSONResponse:
+        request_id = request_id_of(request.headers)
+        log.exception("request %s: unhandled error", request_id, exc_info=err)
+        body = error_body(err, request_id)
+        return JSONResponse(body, status_code=500, headers={"x-request-id": request_id})

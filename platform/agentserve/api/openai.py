@@ -34,6 +34,7 @@ from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.json_types import check_json_types
+from agentserve.api.limits import check_list_limits, check_structured_limits
 from agentserve.api.prompts import check_prompts, split_prompts
 from agentserve.api.validate import (
     MAX_CHOICES,
@@ -72,7 +73,9 @@ def parse_request(
     an unknown model passes here and is refused (404) at admission. `schema_cache` goes to
     check_schemas. `checkpoint()` (default: ValidationTimeoutError once time.monotonic()
     passes `deadline`) runs between the stages and inside the long walks, and the sizes
-    that make the protocol model's one long call are capped before it (check_sizes).
+    that make the protocol model's one long call are capped before it (check_sizes), as
+    are the lists engines walk at every step and structured-output constraints
+    (api/limits.py).
     Thread-safe: the ingress runs it off its event loop for requests with schemas.
     """
     if not isinstance(data, dict):
@@ -80,6 +83,8 @@ def parse_request(
     checkpoint = checkpoint or deadline_checkpoint(deadline) or _no_checkpoint
     check_tool_limits(data)
     check_sizes(data)
+    check_list_limits(data)  # api/limits.py: what engines walk at every step
+    check_structured_limits(data)
     check_values(data, checkpoint)
     check_json_types(kind, data)
     checkpoint()

@@ -11,8 +11,9 @@ same 400 with the fake engine as with vLLM.
 - check_tool_limits: at most MAX_TOOLS tools (cheap: run on the event loop);
 - check_sizes: at most MAX_MESSAGES messages and MAX_CONTENT_PARTS content parts, so the
   protocol model's validation (one call that holds the GIL: ~10 us per part) stays short;
-- check_schemas: tool names, tool parameter schemas and response_format json_schema must
-  be valid JSON Schema, together at most MAX_SCHEMA_BYTES; top_logprobs at most
+- check_schemas: tool names, tool parameter schemas, response_format json_schema and the
+  structured-output schemas (api/limits.py) must be valid JSON Schema, together at most
+  MAX_SCHEMA_BYTES; top_logprobs at most
   MAX_LOGPROBS. Meta-validating a schema costs milliseconds, so results are kept in a
   SchemaCache (by SHA-256 of the canonical JSON) and a `deadline` bounds the work; the
   ingress runs it off its event loop (serve/parsing.py), one cache per tenant.
@@ -40,6 +41,7 @@ from typing import Any
 from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
+from agentserve.api.limits import has_structured_outputs, structured_schemas
 from agentserve.api.prompts import prompts_of
 from agentserve.api.schema_check import SchemaTimeoutError
 from agentserve.api.schema_check import schema_error as _schema_error
@@ -288,7 +290,10 @@ class SchemaCache:
 
 def all_cached(data: dict[str, Any], cache: SchemaCache) -> bool:
     """Whether every tool and response_format schema of `data` has a result in `cache`
-    (then checking them costs a hash each: cheap enough for the event loop)."""
+    (then checking them costs a hash each: cheap enough for the event loop). Never for a
+    structured-output constraint: those are checked on their tenant's turns."""
+    if has_structured_outputs(data):
+        return False
     tools = data.get("tools") or []
     if not isinstance(tools, list):
         return False  # malformed: the full validation answers it with a 400
@@ -350,8 +355,11 @@ def check_sizes(data: dict[str, Any]) -> None:
 
 
 def has_schemas(data: dict[str, Any]) -> bool:
-    """Whether the request carries tool or response_format schemas to meta-validate."""
-    return bool(data.get("tools")) or isinstance(data.get("response_format"), dict)
+    """Whether the request carries tool, response_format or structured-output schemas
+    or constraints to check (then it is validated on its tenant's turns)."""
+    if bool(data.get("tools")) or isinstance(data.get("response_format"), dict):
+        return True
+    return has_structured_outputs(data)
 
 
 def check_schemas(
@@ -360,7 +368,8 @@ def check_schemas(
     deadline: float | None = None,
     checkpoint: Checkpoint | None = None,
 ) -> None:
-    """Tool names and parameter schemas, response_format's JSON Schema, top_logprobs.
+    """Tool names and parameter schemas, response_format's JSON Schema, the structured-output
+    schemas (api/limits.py structured_schemas), top_logprobs.
 
     `checkpoint()` runs before each uncached schema (default: ValidationTimeoutError
     past `deadline`, time.monotonic()); `cache` skips schemas seen before."""
@@ -385,6 +394,7 @@ def check_schemas(
         spec = response_format.get("json_schema")
         if isinstance(spec, dict) and spec.get("schema") is not None:
             found.append((spec["schema"], "response_format.json_schema.schema", "response_format"))
+    found += structured_schemas(data)
     checkpoint = checkpoint or deadline_checkpoint(deadline)
     _check_all(found, cache or SchemaCache(0), checkpoint)
     for field in ("top_logprobs", "logprobs"):
@@ -415,8 +425,8 @@ def _check_all(
         total += len(text)
         if total > MAX_SCHEMA_BYTES:
             raise InvalidRequestError(
-                f"The request's tool and response_format schemas exceed {MAX_SCHEMA_BYTES} "
-                f"bytes (as compact JSON) at '{param}'.",
+                f"The request's tool, response_format and structured-output schemas exceed "
+                f"{MAX_SCHEMA_BYTES} bytes (as compact JSON) at '{param}'.",
                 param=param,
                 code="schemas_too_large",
             )

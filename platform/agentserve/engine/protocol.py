@@ -75,7 +75,13 @@ class EngineUnavailableError(EngineError):
 
 class EngineDeadError(EngineUnavailableError):
     """The engine, or the replica hosting it, died while serving: nothing more will come
-    from it. The ingress continues the request on another replica (serve/migrate.py)."""
+    from it. The ingress continues the request on another replica (serve/migrate.py).
+    `replica`: which one died, where known (Ray's actor id), so choices of one request on
+    the same replica count its death once (serve/poison.py)."""
+
+    def __init__(self, message: str = "", replica: str | None = None):
+        super().__init__(message)
+        self.replica = replica
 
 
 class EngineGoneError(EngineDeadError):

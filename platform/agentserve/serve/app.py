@@ -164,9 +164,13 @@ def _replica_died(
     An actor that was gone before it sent anything (a request routed to a replica that had
     just exited): EngineGoneError, not a death of this request (serve/poison.py)."""
     log.warning("a replica of %s died mid-request: %s", handle.deployment_name, err)
+    actor = getattr(err, "actor_id", None)
+    replica = None if actor is None else str(actor)
     if not received:
-        return EngineGoneError(f"a replica of {handle.deployment_name} was gone")
-    return EngineDeadError(f"a replica of {handle.deployment_name} died during the request")
+        return EngineGoneError(f"a replica of {handle.deployment_name} was gone", replica)
+    return EngineDeadError(
+        f"a replica of {handle.deployment_name} died during the request", replica
+    )
 
 
 @serve.ingress()

@@ -38,6 +38,7 @@ from agentserve.api.body import read_body
 from agentserve.api.errors import AuthenticationError, ModelNotFoundError
 from agentserve.api.responses import ResponsesRequest
 from agentserve.serve.admin import is_loopback_client
+from agentserve.serve.cached import Cached
 from agentserve.serve.edge import edge_app
 from agentserve.serve.health import HealthCache
 from agentserve.serve.held_board import HeldStore
@@ -84,6 +85,7 @@ class _Ingress:
         self.parser, self.max_model_len = self.admit_stage.parser, self.admit_stage.max_model_len
         self.dispatch = self.dispatch_stage.dispatcher  # admission/priority.py
         self.health_cache = HealthCache(self.backends)
+        self.metrics_cache = Cached(self._metrics_body)  # one scrape's work per second
 
     def set_tenants(self, tenants: Sequence[TenantSpec]) -> None:
         """Replace the tenants, keys and limits (the ingress's user_config changed:
@@ -172,6 +174,11 @@ class _Ingress:
         return True
 
     async def metrics_text(self) -> Response:
+        """The Prometheus exposition, computed at most once per ADMIN_TTL_S for all
+        scrapers (each computation asks every model for its stats)."""
+        return Response(await self.metrics_cache.get(), media_type=CONTENT_TYPE)
+
+    async def _metrics_body(self) -> bytes:
         for name, backend in self.backends.items():
             with contextlib.suppress(Exception):  # replica count is best effort
                 ready = await asyncio.wait_for(backend.ready_replicas(), STATS_TIMEOUT_S)
@@ -185,7 +192,7 @@ class _Ingress:
                 continue
             self.metrics.engine_up.labels(name).set(1)
             self.metrics.set_engine_stats(name, stats)
-        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+        return self.metrics.exposition()
 
 
 def create_app(

@@ -19,7 +19,8 @@ cannot be continued (their state does not travel): such a request is re-issued o
 when nothing was passed on yet, else the error reaches the client as before.
 
 Poison: a request under which POISON_DEATHS (2) replicas died is not sent to a third; it
-ends with PoisonRequestError (400, serve/poison.py) whatever `max_migrations` allows.
+ends with PoisonRequestError (400, serve/poison.py) whatever `max_migrations` allows. The
+choices of one request share one count (`deaths`, serve/poison.Deaths).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from agentserve.engine.protocol import (
     aclose_stream,
 )
 from agentserve.serve.delta_tracker import DeltaTracker
-from agentserve.serve.poison import POISON_DEATHS, PoisonRequestError
+from agentserve.serve.poison import POISON_DEATHS, Deaths, PoisonRequestError
 from agentserve.serve.spans import SENT_AT_HEADER
 
 __all__ = ["DEFAULT_MAX_MIGRATIONS", "Progress", "continuation_request", "migrating"]
@@ -157,14 +158,17 @@ async def migrating(
     on_migrate: Callable[[int], None] | None = None,
     poison_deaths: int | None = POISON_DEATHS,
     on_poison: Callable[[], None] | None = None,
+    deaths: Deaths | None = None,
 ) -> AsyncIterator[Delta]:
     """`generate(request)`'s deltas; on EngineDeadError, the continuation's (see module
     docstring). `on_migrate(attempt)` is called before each re-issue. Deltas that carry
     nothing for the client (token ids only) are folded into the progress, not yielded.
-    The `poison_deaths`-th death (None: never) raises PoisonRequestError after calling
-    `on_poison()`."""
+    The `poison_deaths`-th replica death (None: never) raises PoisonRequestError after
+    calling `on_poison()`; deaths are counted in `deaths`, which the choices of one request
+    share (default: this stream's own)."""
     progress = Progress()
-    attempt, deaths, current = 0, 0, request
+    deaths = deaths if deaths is not None else Deaths()
+    attempt, current = 0, request
     while True:
         stream = generate(current)
         base = None if current.continuation is None else progress
@@ -186,16 +190,16 @@ async def migrating(
             return
         except EngineDeadError as err:
             # a replica that was already dead when the request reached it did not die of it
-            deaths += not isinstance(err, EngineGoneError)
-            if poison_deaths is not None and deaths >= poison_deaths:
+            died = len(deaths.replicas) if isinstance(err, EngineGoneError) else deaths.add(err)
+            if poison_deaths is not None and died >= poison_deaths:
                 log.error(
                     "request %s: %d replicas died under it; failed as a poison request",
                     request.request_id,
-                    deaths,
+                    died,
                 )
                 if on_poison is not None:
                     on_poison()
-                raise PoisonRequestError(deaths) from err
+                raise PoisonRequestError(died) from err
             if attempt >= max_migrations or not _can_continue(request, progress):
                 raise
             if _budget_spent(request, progress):

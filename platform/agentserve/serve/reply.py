@@ -83,11 +83,12 @@ class Reply:
             self.held.finish(200)
         except EngineError as err:  # after the 200 header: report in-band, OpenAI style
             self.held.finish(status_of(err))
-            yield frames.error(error_body(err))
+            yield frames.error(error_body(err, self.headers["x-request-id"]))
         except Exception:  # a bug mid-stream: still end the stream with an error event
-            log.exception("unhandled error in a stream")
+            request_id = self.headers["x-request-id"]
+            log.exception("request %s: unhandled error in a stream", request_id)
             self.held.finish(500)
-            yield frames.error(error_body(RuntimeError()))
+            yield frames.error(error_body(RuntimeError(), request_id))
 
     async def _collect(self, first: Delta) -> list[Delta] | None:
         """All deltas of a non-stream request; None when its client disconnects first

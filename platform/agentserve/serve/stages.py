@@ -52,7 +52,7 @@ from agentserve.serve.held_board import HeldBoard, HeldStore, sla_scaled_models
 from agentserve.serve.metrics import ServingMetrics
 from agentserve.serve.migrate import migrating
 from agentserve.serve.parsing import RequestParser
-from agentserve.serve.poison import PoisonList
+from agentserve.serve.poison import POISON_DEATHS, PoisonList
 from agentserve.spec import DeploymentSpec
 
 __all__ = ["CLIENT_CLOSED", "Admit", "Backends", "Close", "Dispatch", "Held", "Quota"]
@@ -198,14 +198,14 @@ class Dispatch:
         whose answer is too large to buffer, 429 for a batch request past its deadline,
         the engine's 4xx, 503 when it is unavailable or a cold start takes too long."""
         call, model = held.call, body.model
-        self.poison.check(tenant.name, kind, body)
+        budget = self.poison.check(tenant.name, kind, body)  # death budget, or 400
         cap = buffer_cap(kind, body, self.admit.max_model_len.get(model))  # None: a stream
         engine_request = self._engine_request(kind, body, request, tenant, held.span)
         spans.name_request(held.span, engine_request.request_id, model, body)
         ready = await self.backends[model].ready_replicas()
         await self.dispatcher.send(model, tenant, call.count, ready)  # earliest deadline first
         call.sent = call.count
-        held.stream = capped(self._open(kind, body, tenant, engine_request), cap)
+        held.stream = capped(self._open(kind, body, tenant, engine_request, budget), cap)
         first = await self._first_or_hold(model, held.stream, ready)
         self.admit.see(call, first)
         return engine_request.request_id, first
@@ -226,11 +226,18 @@ class Dispatch:
         )  # fmt: skip
 
     def _open(
-        self, kind: RequestKind, body: Any, tenant: Tenant, request: EngineRequest
+        self, kind: RequestKind, body: Any, tenant: Tenant, request: EngineRequest, budget: int
     ) -> AsyncIterator[Delta]:
         """The engine stream: one engine request per choice (n > 1: merged), each
-        continued on another replica when its replica dies (serve/migrate.py)."""
+        continued on another replica when its replica dies (serve/migrate.py); the
+        choices share one count of replica deaths, `budget` of them make it poison."""
         model = body.model
+        deaths = self.poison.deaths(tenant.name, kind, body)
+        probation = budget < POISON_DEATHS
+
+        def poisoned() -> None:
+            self.poison.add(tenant.name, kind, body, deaths, confirmed=probation)
+
         return fan_out(
             request,
             lambda r: migrating(
@@ -238,7 +245,9 @@ class Dispatch:
                 r,
                 self.spec.server.max_migrations,
                 on_migrate=lambda _: self.admit.metrics.migrations.labels(model).inc(),
-                on_poison=lambda: self.poison.add(tenant.name, kind, body),
+                poison_deaths=budget,
+                on_poison=poisoned,
+                deaths=deaths,
             ),
         )
 

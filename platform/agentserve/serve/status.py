@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from agentserve.serve.cached import ADMIN_TTL_S, Cached
+
 __all__ = [
     "add_status_route",
     "current_status",
@@ -78,16 +80,25 @@ def replica_states(app: str, deployment: str) -> dict[str, int]:
     return status["applications"][app]["deployments"][deployment]["replicas"]
 
 
-def add_status_route(app: Any) -> None:
+def add_status_route(app: Any, ttl_s: float = ADMIN_TTL_S) -> Cached[dict[str, Any]]:
     """Add GET /status (Serve applications, deployments, replicas, and the machine the
-    ingress runs on: CPU model, usable cores, vector features, cpu_class) to a FastAPI app."""
+    ingress runs on: CPU model, usable cores, vector features, cpu_class) to a FastAPI app.
+    One answer per `ttl_s` for all callers (serve/cached.py): each costs a Serve
+    controller call. Returns the cache."""
     from agentserve.engine.cpu_info import read_cpu_info
 
     machine = read_cpu_info().as_dict()
 
+    async def compute() -> dict[str, Any]:
+        return {**await asyncio.to_thread(current_status), "machine": machine}
+
+    cache = Cached(compute, ttl_s)
+
     @app.get("/status")
     async def serve_status() -> dict[str, Any]:
-        return {**await asyncio.to_thread(current_status), "machine": machine}
+        return await cache.get()
+
+    return cache
 
 
 def _value(x: Any) -> str:

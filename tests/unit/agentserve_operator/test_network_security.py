@@ -9,6 +9,7 @@ import pytest
 import test_helm
 from agentserve_operator import manifests as m
 from agentserve_operator.resource import KUBERAY_OPERATOR_LABELS
+from operator_cases import GPU_CR
 from test_helm import CHART_DIR, HELM, render
 from test_manifests import by_kind, desired
 
@@ -110,6 +111,17 @@ def test_network_policy_admits_the_api_everyone_and_ray_ports_only_to_ray_pods()
     assert open_to_all == {d.spec.server.port}  # not 6379, 8265, 10001
 
 
+def test_monitoring_namespaces_limit_who_scrapes_the_admin_ports():
+    """Issue 64 item 6: /metrics (tenant names) and /status only to the given namespaces."""
+    kube = {**GPU_CR["spec"].get("kubernetes", {}), "monitoring_namespaces": ["monitoring"]}
+    cr = {**GPU_CR, "spec": {**GPU_CR["spec"], "kubernetes": kube}}
+    policy = by_kind(desired(cr))["NetworkPolicy"]
+    kv.validate(policy, "1.30", strict=True)
+    _, admin, _, _ = policy["spec"]["ingress"]
+    match = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["monitoring"]}
+    assert admin["from"] == [{"namespaceSelector": {"matchExpressions": [match]}}]
+
+
 pytestmark_helm = pytest.mark.skipif(HELM is None, reason="helm not found")
 
 
@@ -142,6 +154,14 @@ def test_chart_network_policy_for_the_operator(chart):
     [rule] = policy["spec"]["ingress"]
     assert rule["from"] == [{"namespaceSelector": {}}]
     assert {p["port"] for p in rule["ports"]} == {9090, 8080}
+    given = "networkPolicy.monitoringNamespaces={monitoring,prom}"
+    objs = render(chart, CHART_DIR / "ci" / "default-values.yaml", "--set", given)
+    [policy] = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    kv.validate(policy, "1.30", strict=True)
+    [rule] = policy["spec"]["ingress"]
+    match = {"key": "kubernetes.io/metadata.name", "operator": "In",
+             "values": ["monitoring", "prom"]}  # fmt: skip
+    assert rule["from"] == [{"namespaceSelector": {"matchExpressions": [match]}}]
 
 
 @pytestmark_helm

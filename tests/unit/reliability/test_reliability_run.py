@@ -21,6 +21,7 @@ SCENARIOS = {
     "faults_vllm",
     "input_explicit_cases",
     "input_fuzz",
+    "input_hostile_lists",
     "memory_n_logprobs",
     "tenant_isolation",
     "tenant_keeper_faults",

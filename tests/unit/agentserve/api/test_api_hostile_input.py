@@ -147,7 +147,7 @@ def test_param_path():
 @pytest.mark.parametrize(
     ("data", "param", "says"),
     [
-        ({"stop": [f"s{i}" for i in range(9)]}, "stop", "at most 4 items"),
+        ({"stop": 5}, "stop", "valid string"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "valid string"),
         ({"response_format": {"type": "yaml"}}, "response_format.type", "'json_schema'"),
         ({"user": 7}, "user", "valid string"),
