@@ -34,6 +34,7 @@ __all__ = [
     "is_hub_id",
     "is_local_path",
     "resolve_model",
+    "served_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,18 @@ def is_hub_id(source: str) -> bool:
         and ".." not in source
         and "--" not in source
     )
+
+
+def served_name(source: str) -> str:
+    """The served model id for `source` where a spec names none: a Hugging Face id as is, a
+    directory's own name (characters a model id may not hold become "-"), the bundled
+    model's name."""
+    if source.strip().lower() in BUNDLED_ALIASES:
+        return BUNDLED_MODEL
+    if is_hub_id(source) and not Path(source).is_dir():
+        return source
+    name = re.sub(r"[^A-Za-z0-9._:/-]", "-", Path(source).expanduser().resolve().name)
+    return name.lstrip("._:/-")[:128] or "model"
 
 
 def resolve_model(

@@ -8,11 +8,10 @@ It lives beside spec/, not in the CLI, so that `agentserve up` and the benchmark
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from agentserve.drafters.catalog import catalog_drafter
-from agentserve.model_sources import BUNDLED_ALIASES, is_hub_id
+from agentserve.model_sources import BUNDLED_ALIASES, served_name
 from agentserve.spec import (
     BUNDLED_MODEL,
     DFLASH_METHODS,
@@ -28,17 +27,6 @@ __all__ = [
     "with_overrides",
     "with_speculation",
 ]
-
-
-def served_name(source: str) -> str:
-    """The served model id for `source`: a Hugging Face id as is, a directory's own name
-    (characters a model id may not hold become "-"), the bundled model's name."""
-    if source.strip().lower() in BUNDLED_ALIASES:
-        return BUNDLED_MODEL
-    if is_hub_id(source) and not Path(source).is_dir():
-        return source
-    name = re.sub(r"[^A-Za-z0-9._:/-]", "-", Path(source).expanduser().resolve().name)
-    return name.lstrip("._:/-")[:128] or "model"
 
 
 def spec_for_model(source: str | None) -> DeploymentSpec:

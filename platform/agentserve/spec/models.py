@@ -9,7 +9,13 @@ from pydantic import Field, field_validator, model_validator
 
 from agentserve.drafters.catalog import catalog_drafter
 from agentserve.engine.registry import BUILTIN_ENGINES, check_engine_name
-from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL, is_hub_id, is_local_path
+from agentserve.model_sources import (
+    BUNDLED_ALIASES,
+    BUNDLED_MODEL,
+    is_hub_id,
+    is_local_path,
+    served_name,
+)
 from agentserve.spec.aliases import canonical_model_fields
 from agentserve.spec.base import _revision_field, _Spec
 from agentserve.spec.drafter import DFLASH_METHODS, DrafterSpec
@@ -67,7 +73,8 @@ class ModelSpec(_Spec):
         BUNDLED_MODEL,
         max_length=128,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
-        description="Served model id (the request's `model`).",
+        description="Served model id (the request's `model`); unset: the source's Hugging "
+        "Face id, or its directory's name.",
     )
     source: str = Field(
         BUNDLED_MODEL,
@@ -220,7 +227,10 @@ class ModelSpec(_Spec):
     @model_validator(mode="before")
     @classmethod
     def _read_aliases(cls, data: Any) -> Any:
-        return canonical_model_fields(data)  # vLLM's and Ray Serve LLM's names (aliases.py)
+        data = canonical_model_fields(data)  # vLLM's and Ray Serve LLM's names (aliases.py)
+        if isinstance(data, dict) and "name" not in data and isinstance(data.get("source"), str):
+            data = {**data, "name": served_name(data["source"])}  # Qwen/Qwen3-8B serves as that
+        return data
 
     @field_validator("engine_args")
     @classmethod

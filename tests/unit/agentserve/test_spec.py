@@ -512,3 +512,17 @@ def test_schema_carries_the_edge_patterns() -> None:
     methods = ["dflash", "ngram", "hybrid", "suffix", "eagle3", "mtp"]
     assert defs["DrafterSpec"]["properties"]["method"]["enum"] == methods
     assert spec_json_schema()["properties"]["name"]["pattern"].startswith("^[a-z0-9]")
+
+
+@pytest.mark.parametrize(
+    ("model", "name"),
+    [
+        ({"source": "Qwen/Qwen3-8B"}, "Qwen/Qwen3-8B"),  # was the bundled model's name
+        ({"source": "bundled"}, "smollm2-135m-instruct"),
+        ({"source": "/models/My Model"}, "My-Model"),
+        ({"source": "Qwen/Qwen3-8B", "name": "qwen"}, "qwen"),  # a named model keeps it
+        ({}, "smollm2-135m-instruct"),
+    ],
+)
+def test_an_unnamed_model_is_served_under_its_source(model: dict, name: str) -> None:
+    assert spec_from_dict({"models": [model]}).models[0].name == name
