@@ -1,6 +1,6 @@
 """`agentserve up` as a user runs it: a subprocess serving a fake-engine spec on local Ray,
 driven by the official openai client, `agentserve status`, `agentserve chat`, the snippets
-it prints and the README's "Use it" commands; then SIGINT: clean exit, port released.
+it prints and the README's "Try it on CPU" commands; then SIGINT: clean exit, port released.
 
 stdout is a pipe here, so `up` runs in plain (agent) mode: every stdout line must be JSON.
 """
@@ -88,7 +88,7 @@ def test_printed_examples_run(server):
 
 def _readme_use_it_blocks() -> list[tuple[str, str]]:
     text = (ROOT / "README.md").read_text()
-    section = text.split("## Use it", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## 1. Try it on CPU", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```(bash|python)\n(.*?)```", section, flags=re.S)
 
 
