@@ -4,16 +4,24 @@ integers past Python's digit limit).
 
 The declared Content-Length is checked before anything is read; a body without one
 (chunked) is counted while it streams, so no more than `max_bytes` is ever held. A client
-that leaves while sending it is a 499 (ClientClosedError), not a server error.
+that leaves while sending it is a 499 (ClientClosedError), not a server error; one that does
+not finish sending it within `timeout_s` is a 408 (RequestTimeoutError), so a trickling
+client cannot hold an ingress slot for longer than that.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from starlette.requests import ClientDisconnect, Request
 
-from agentserve.api.errors import ClientClosedError, InvalidRequestError, RequestTooLargeError
+from agentserve.api.errors import (
+    ClientClosedError,
+    InvalidRequestError,
+    RequestTimeoutError,
+    RequestTooLargeError,
+)
 
 __all__ = ["decode_json", "read_body", "read_json_body"]
 
@@ -24,9 +32,20 @@ async def read_json_body(request: Request, max_bytes: int) -> object:
     return decode_json(raw)
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The raw body, at most `max_bytes`; RequestTooLargeError (413) past it."""
-    return await _read_bounded(request, max_bytes)
+async def read_body(request: Request, max_bytes: int, timeout_s: float | None = None) -> bytes:
+    """The raw body, at most `max_bytes`; RequestTooLargeError (413) past it,
+    RequestTimeoutError (408) when the whole body has not come within `timeout_s` (None:
+    no deadline)."""
+    if timeout_s is None:
+        return await _read_bounded(request, max_bytes)
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_bounded(request, max_bytes)
+    except TimeoutError:
+        raise RequestTimeoutError(
+            f"The request body was not received within {timeout_s:g} s "
+            "(server.body_read_timeout_s); send it at once."
+        ) from None
 
 
 async def _read_bounded(request: Request, max_bytes: int) -> bytes:

@@ -27,6 +27,7 @@ __all__ = [
     "ModelNotFoundError",
     "OverloadedError",
     "RateLimitError",
+    "RequestTimeoutError",
     "RequestTooLargeError",
     "error_body",
     "install_error_handlers",
@@ -86,6 +87,17 @@ class RequestTooLargeError(APIError):
 
     def __init__(self, message: str):
         super().__init__(message, code="request_too_large")
+
+
+class RequestTimeoutError(APIError):
+    """408: the client did not send its whole request body within
+    server.body_read_timeout_s."""
+
+    status = 408
+    type = "invalid_request_error"
+
+    def __init__(self, message: str):
+        super().__init__(message, code="request_timeout")
 
 
 class AuthenticationError(APIError):

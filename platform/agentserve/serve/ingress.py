@@ -4,7 +4,10 @@ The request path (docs/architecture.md), a stage each, composed in `_Ingress._pa
   edge            open mode: trusted Host, JSON POSTs; unauthenticated requests' limit;
                   admin paths off the API port (serve/edge.py)               400/415/429
   1. authenticate Authorization: Bearer -> tenant (api/auth.TenantResolver)  401
-  2. read         the body within server.max_request_body_bytes (api/body)   413
+  2. read         the body within server.max_request_body_bytes and
+                  body_read_timeout_s (api/body); at most max_unadmitted_per_tenant
+                  of a tenant's requests read or parse at once (serve/unadmitted)
+                                                                             408/413/429
   3. parse        validated off the event loop; a body with schemas or over 64 KiB after
   4. admit        its admission (stages.Admit; admission/): model queue and fair share,
                   tenant limits, tokens reserved                             400/404/429/503
@@ -45,6 +48,7 @@ from agentserve.serve.held_board import HeldStore
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.reply import Reply
 from agentserve.serve.stages import Admit, Backends, Close, Dispatch, Held, Quota
+from agentserve.serve.unadmitted import Unadmitted
 
 if TYPE_CHECKING:
     from agentserve.engine.protocol import RequestKind
@@ -86,11 +90,13 @@ class _Ingress:
         self.dispatch = self.dispatch_stage.dispatcher  # admission/priority.py
         self.health_cache = HealthCache(self.backends)
         self.metrics_cache = Cached(self._metrics_body)  # one scrape's work per second
+        self.unadmitted = Unadmitted(_unadmitted_limit(spec, self.tenants))
 
     def set_tenants(self, tenants: Sequence[TenantSpec]) -> None:
         """Replace the tenants, keys and limits (the ingress's user_config changed:
         agentserve.tenant_config); requests in flight finish under their old lease."""
         self.tenants = TenantResolver(self.spec, tenants)
+        self.unadmitted.limit = _unadmitted_limit(self.spec, self.tenants)
         self.shares.set_tenants(self.tenants.tenants())
         self.metrics.set_slas(sla_objectives(self.spec, tenants))
 
@@ -115,8 +121,12 @@ class _Ingress:
         held = Held.start(self.tracer, kind, request)  # what the request holds
         try:
             tenant = self.tenants.resolve(request.headers.get("authorization"))  # 1.
-            raw = await read_body(request, self.spec.server.max_request_body_bytes)  # 2.
-            body = await self.admit_stage(kind, raw, tenant, responses, held)  # 3., 4.
+            server = self.spec.server
+            with self.unadmitted.hold(tenant.name):  # 429 past the tenant's unadmitted cap
+                raw = await read_body(
+                    request, server.max_request_body_bytes, server.body_read_timeout_s
+                )  # 2.
+                body = await self.admit_stage(kind, raw, tenant, responses, held)  # 3., 4.
             request_id, first = await self.dispatch_stage(kind, body, request, tenant, held)
             see = functools.partial(self.admit_stage.see, held.call)
             reply = Reply(kind, body, request_id, request, responses, held, see)  # 6.
@@ -193,6 +203,11 @@ class _Ingress:
             self.metrics.engine_up.labels(name).set(1)
             self.metrics.set_engine_stats(name, stats)
         return self.metrics.exposition()
+
+
+def _unadmitted_limit(spec: DeploymentSpec, tenants: TenantResolver) -> int | None:
+    """server.max_unadmitted_per_tenant; None in open mode (one tenant: every client)."""
+    return None if tenants.open_mode else spec.server.max_unadmitted_per_tenant
 
 
 def create_app(

@@ -50,6 +50,21 @@ class ServerSpec(_Spec):
         description="Largest request body accepted, in bytes; a larger one gets 413.",
     )
     request_timeout_s: float = Field(300.0, gt=0, description="Seconds before a request fails.")
+    body_read_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a client has to send its whole request body, counted from its "
+        "headers; a slower one gets 408 request_timeout (a trickling body cannot hold an "
+        "ingress slot longer).",
+    )
+    max_unadmitted_per_tenant: int = Field(
+        16,
+        ge=1,
+        description="Requests one tenant may have that are not yet admitted (body being read "
+        "or checked), per ingress replica; more get 429 too_many_unadmitted_requests, so one "
+        "tenant's slow connections cannot fill the ingress. Not applied in open mode (no "
+        "tenants).",
+    )
     trusted_hosts: list[str] = Field(
         default_factory=list,
         description="Host header names the API answers in open mode (no tenants), besides "

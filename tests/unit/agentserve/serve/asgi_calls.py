@@ -46,9 +46,11 @@ async def asgi_request(
     headers: dict[str, str] | None = None,
     disconnect: asyncio.Event | None = None,
     call: Call | None = None,
+    trickle_s: float | None = None,
 ) -> Call:
     """Send one HTTP request to `app`; `disconnect` set = the client goes away (the app's
-    next receive() returns http.disconnect). A dict body is sent as JSON."""
+    next receive() returns http.disconnect). A dict body is sent as JSON; with `trickle_s`
+    one byte at a time, `trickle_s` apart (a slow client)."""
     call = call or Call()
     raw = json.dumps(body).encode() if isinstance(body, dict) else (body or b"")
     sent_headers = {"host": "127.0.0.1:8000", "content-length": str(len(raw))}
@@ -71,9 +73,17 @@ async def asgi_request(
     }
     gone = disconnect or asyncio.Event()
     pending = [{"type": "http.request", "body": raw, "more_body": False}]
+    if trickle_s is not None:
+        last = len(raw) - 1
+        pending = [
+            {"type": "http.request", "body": raw[i : i + 1], "more_body": i < last}
+            for i in range(len(raw))
+        ][::-1]
 
     async def receive() -> dict:
         if pending:
+            if trickle_s is not None and len(pending) <= last:
+                await asyncio.sleep(trickle_s)
             return pending.pop()
         await gone.wait()
         return {"type": "http.disconnect"}
