@@ -15,7 +15,9 @@ The request path (docs/architecture.md), a stage each, composed in `_Ingress._pa
                   first), the engine stream (migrating, n merged), its first delta, held
                   at most cold_start_hold_timeout_s with no ready replica (stages.Dispatch)
                                                                              400/429/503/4xx
-  6. stream       JSON or SSE in the API's shape (reply.Reply)
+  6. stream       JSON or SSE in the API's shape (reply.Reply), an SSE frame pulled only
+                  when the client took the last; a client taking nothing for
+                  server.stream_stall_timeout_s ends it (serve/stream_guard.py)
   7. close        what the request holds given back, metrics and the ingress span recorded,
                   once, however the request ended (stages.Close)
 /v1/responses is a chat completion on this path (api/responses.py).
@@ -33,7 +35,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from agentserve.api.auth import TenantResolver
@@ -48,6 +50,7 @@ from agentserve.serve.held_board import HeldStore
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 from agentserve.serve.reply import Reply
 from agentserve.serve.stages import Admit, Backends, Close, Dispatch, Held, Quota
+from agentserve.serve.stream_guard import GuardedStream
 from agentserve.serve.unadmitted import Unadmitted
 
 if TYPE_CHECKING:
@@ -111,7 +114,8 @@ class _Ingress:
         if isinstance(head, Response):  # the whole answer
             await path.aclose()  # 7. close
             return head
-        return StreamingResponse(path, media_type="text/event-stream", headers=head)
+        stall_s = self.spec.server.stream_stall_timeout_s  # serve/stream_guard.py
+        return GuardedStream(path, stall_s, headers=head, media_type="text/event-stream")
 
     async def _path(
         self, kind: RequestKind, request: Request, responses: ResponsesRequest | None

@@ -57,6 +57,13 @@ class ServerSpec(_Spec):
         "headers; a slower one gets 408 request_timeout (a trickling body cannot hold an "
         "ingress slot longer).",
     )
+    stream_stall_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a streaming client may take no output (its connection's buffers "
+        "full) before its stream is ended and its generation aborted; until then the "
+        "ingress reads the engine stream only as fast as the client reads.",
+    )
     max_unadmitted_per_tenant: int = Field(
         16,
         ge=1,

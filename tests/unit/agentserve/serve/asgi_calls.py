@@ -47,10 +47,12 @@ async def asgi_request(
     disconnect: asyncio.Event | None = None,
     call: Call | None = None,
     trickle_s: float | None = None,
+    reads: int | None = None,
 ) -> Call:
     """Send one HTTP request to `app`; `disconnect` set = the client goes away (the app's
     next receive() returns http.disconnect). A dict body is sent as JSON; with `trickle_s`
-    one byte at a time, `trickle_s` apart (a slow client)."""
+    one byte at a time, `trickle_s` apart (a slow client). `reads`: the client takes that
+    many body messages, then reads no more (the app's next send waits for ever)."""
     call = call or Call()
     raw = json.dumps(body).encode() if isinstance(body, dict) else (body or b"")
     sent_headers = {"host": "127.0.0.1:8000", "content-length": str(len(raw))}
@@ -89,6 +91,9 @@ async def asgi_request(
         return {"type": "http.disconnect"}
 
     async def send(message: dict) -> None:
+        bodies = sum(1 for _, m in call.sent if m["type"] == "http.response.body")
+        if reads is not None and message["type"] == "http.response.body" and bodies >= reads:
+            await asyncio.Event().wait()  # a client that stopped reading
         call.sent.append((time.monotonic(), message))
         if message["type"] == "http.response.body" and not message.get("more_body"):
             gone.set()  # the response is complete: the connection closes

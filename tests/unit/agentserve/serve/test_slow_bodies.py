@@ -119,3 +119,45 @@ def test_open_mode_has_the_deadline_but_no_cap():
     slow, quick = asyncio.run(run())
     assert quick.status == 200
     assert slow.status == 408
+
+
+def _requests_counted(app, status: int) -> float:
+    value = app.state.ingress.metrics.registry.get_sample_value(
+        "agentserve_requests_total", {"model": "m", "tenant": "a", "status": str(status)}
+    )
+    return value or 0.0
+
+
+def test_a_stream_whose_client_stops_reading_is_ended_and_its_generation_aborted():
+    """Item 7: a non-reading client. The path is not pulled while the client does not
+    take its frame, and past server.stream_stall_timeout_s the stream ends, the engine
+    request is aborted long before its 400 tokens are generated, and it counts 499."""
+    tenants = [{"name": "a", "api_key_sha256": hash_api_key(KEYS["a"]), "sla": {}}]
+    spec = DeploymentSpec.model_validate({
+        "models": [{"name": "m", "engine": "fake", "max_model_len": 1024}],
+        "tenants": tenants,
+        "server": {"stream_stall_timeout_s": 0.3},
+    })  # fmt: skip
+    engine = FakeEngine("m", 1024, token_delay_s=0.01, accept_per_step=1)  # 400 tokens: 4 s
+    asyncio.run(engine.start())
+    app = create_app(spec, {"m": LocalBackend(engine)})
+    body = {**BODY, "max_tokens": 400, "stream": True, "ignore_eos": True}
+
+    async def run():
+        started = time.monotonic()
+        reading = asgi_request(app, "POST", URL, body, headers=_auth("a"), reads=2)
+        call = await asyncio.wait_for(reading, 5.0)  # without the guard: waits for ever
+        return call, time.monotonic() - started
+
+    call, took_s = asyncio.run(run())
+    assert call.status == 200
+    assert len(call.body_times()) == 2, "the client took two frames, then nothing"
+    assert took_s < 2.0, "ended at the stall limit, not when generation finished"
+    (request,) = engine.requests
+    assert request.request_id in engine.aborted, "the generation was aborted"
+    assert _requests_counted(app, 499) == 1 and _requests_counted(app, 200) == 0
+
+
+def test_spec_default_stall_timeout():
+    server = DeploymentSpec.model_validate({"models": [{"name": "m"}]}).server
+    assert server.stream_stall_timeout_s == 60.0
