@@ -33,7 +33,13 @@ from agentserve.autoscale.roofline import (
 from agentserve.autoscale.spec_schedule import latency_model_for
 from agentserve.spec import DFLASH_METHODS, ModelSpec
 
-__all__ = ["gpu_prior_latency_model", "local_gpu_name", "model_shape", "policy_latency_model"]
+__all__ = [
+    "gpu_prior_latency_model",
+    "is_roofline_prior",
+    "local_gpu_name",
+    "model_shape",
+    "policy_latency_model",
+]
 
 ConfigOf = Callable[[str, str | None], Path | None]
 
@@ -116,3 +122,9 @@ def policy_latency_model(
         return measured
     name = (gpu_name or local_gpu_name)()
     return gpu_prior_latency_model(model, name, config_of or _source_config)
+
+
+def is_roofline_prior(model: ModelSpec) -> bool:
+    """Whether the policy plans `model` with the roofline prior (GPU replicas, nothing
+    measured): the one it refits online from the replicas' TPOT (step_refit.py)."""
+    return model.on_gpu and latency_model_for(model) is None

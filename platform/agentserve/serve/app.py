@@ -24,7 +24,7 @@ from agentserve.admission.priority import replica_slots
 from agentserve.admission.quota_keeper import QuotaKeeper
 from agentserve.admission.shared_limits import SharedQuota
 from agentserve.admission.shares import ingress_replicas, model_capacity
-from agentserve.autoscale.gpu_latency import policy_latency_model
+from agentserve.autoscale.gpu_latency import is_roofline_prior, policy_latency_model
 from agentserve.autoscale.ray_policy import ray_autoscaling_config
 from agentserve.engine.protocol import (
     Delta,
@@ -293,6 +293,7 @@ def deployment_options(
             latency_model=latency,
             replica_start_s=expected_start_s(model),
             tenant_slas=tenant_slas,
+            refit_online=latency is not None and is_roofline_prior(model),
         )
     return options
 
