@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from agentserve.autoscale.burst import BurstKnobs
@@ -52,6 +52,14 @@ from agentserve.autoscale.policy import (
 from agentserve.autoscale.policy_types import DEFAULT_REPLICA_START_S
 from agentserve.autoscale.standby import fleet_target, visible_snapshot
 from agentserve.autoscale.start_stat import measured_start_s
+from agentserve.autoscale.step_refit import (
+    BATCH_MEAN_KEY,
+    SAMPLES_KEY,
+    TPOT_MEAN_KEY,
+    StepRefit,
+    refit_from_reports,
+    refit_model,
+)
 from agentserve.serve.held_board import HELD_SCOPE, HeldReport, HeldStore, read_held
 from agentserve.spec import DeploymentSpec
 
@@ -72,7 +80,9 @@ STATE_KEY = "agentserve"
 START_KEY = "agentserve_replica_start_s"  # policy_state: the last measured replica start
 DECIDED_KEY = "agentserve_decided_at"  # policy_state: when `decide` last ran
 WARMING_KEY = "agentserve_warming"  # policy_state: [replicas warming, since when]
+REFIT_STATE_KEY = "agentserve_refit"  # policy_state: step_refit ratios by batch bucket
 BOARD_KEY = "held_board"  # policy_kwargs: {"scope", "model"} of the held-requests board
+REFIT_KEY = "refit_online"  # policy_kwargs: refit the latency prior (step_refit.py)
 RAY_METRICS_INTERVAL_S = 10.0  # Ray 2.60's default AutoscalingConfig.metrics_interval_s
 _TTFT, _TPOT, _REQS = "agentserve_ttft_hist:", "agentserve_tpot_hist:", "agentserve_requests:"
 _RECENT = "agentserve_arrival_rps_recent"
@@ -103,6 +113,7 @@ def policy_spec_from_json(data: Mapping[str, Any]) -> PolicySpec:
     """Inverse of policy_spec_to_json (the adapter's own policy_kwargs, BOARD_KEY, left out)."""
     data = dict(data)
     data.pop(BOARD_KEY, None)
+    data.pop(REFIT_KEY, None)
     data["slas"] = {name: Sla(*sla) for name, sla in data.get("slas", {}).items()}
     data["default_sla"] = Sla(*data["default_sla"]) if "default_sla" in data else Sla(1000, 100)
     model = data.get("model")
@@ -123,6 +134,7 @@ def ray_autoscaling_config(
     look_back_period_s: float | None = None,
     policy_function: str = POLICY_PATH,
     tenant_slas: Mapping[str, Any] | None = None,
+    refit_online: bool = False,
 ) -> dict[str, Any]:
     """The `autoscaling_config` for one model's deployment. Policy "sla" runs
     `policy_function` (our SlaAutoscalingPolicy, or a subclass running another policy);
@@ -132,7 +144,9 @@ def ray_autoscaling_config(
     10 s or less also shortens Ray's metrics push interval (`metrics_interval_s`, 10 s by
     default, a field Ray 2.60 deprecates) to a third of it, since Ray requires the
     look-back to exceed the push interval. `replica_start_s` is the expected replica start
-    the policy plans with until the replicas report their measured one."""
+    the policy plans with until the replicas report their measured one. `refit_online`:
+    `latency_model` is a prior (gpu_latency.py) the policy refits from the replicas' own
+    TPOT (step_refit.py)."""
     policy = PolicySpec.from_deployment(
         spec,
         model_name,
@@ -159,6 +173,7 @@ def ray_autoscaling_config(
         return config
     kwargs = policy_spec_to_json(policy)
     kwargs[BOARD_KEY] = {"scope": HELD_SCOPE, "model": model.name}  # serve/held_board.py
+    kwargs[REFIT_KEY] = bool(refit_online and latency_model is not None)
     config.update(
         upscale_delay_s=0.0,
         downscale_delay_s=0.0,
@@ -183,6 +198,7 @@ def encode_replica_stats(
     replica_start_s: float | None = None,
     sleeping: bool | None = None,
     wake_s: float | None = None,
+    tpot_mean: tuple[float, float, int] | None = None,
 ) -> dict[str, float]:
     """One replica's `record_autoscaling_stats` result: flat name -> float (Ray's contract).
     Tenant latencies are the replica's window as bucket counts
@@ -195,7 +211,9 @@ def encode_replica_stats(
     the replica took to start, construction to engine ready (`agentserve_replica_start_s`,
     omitted when None); `sleeping` whether its engine sleeps now and `wake_s` its last
     wake, seconds (idle sleep, serve/sleep_gate.py; each omitted when None). The token means
-    are over the `finished_requests` the window holds, which weight them when pooled."""
+    are over the `finished_requests` the window holds, which weight them when pooled.
+    `tpot_mean`: (mean TPOT ms, mean engine batch, TPOT samples) over the window, what the
+    policy refits a latency prior from (step_refit.py; omitted when None)."""
     out = {_RATE: arrival_rate_rps, _PROMPT: mean_prompt_tokens, _OUTPUT: mean_output_tokens}
     out[_FINISHED] = float(finished_requests)
     if recent_arrival_rate_rps is not None:
@@ -206,6 +224,9 @@ def encode_replica_stats(
         out[_SLEEPING] = float(sleeping)
     if wake_s is not None:
         out[_WAKE] = float(wake_s)
+    if tpot_mean is not None:
+        out[TPOT_MEAN_KEY], out[BATCH_MEAN_KEY] = float(tpot_mean[0]), float(tpot_mean[1])
+        out[SAMPLES_KEY] = float(tpot_mean[2])
     out[_RUNNING], out[_WAITING] = float(engine_running), float(engine_waiting)
     for bucket, length in (acceptance_by_batch or {}).items():
         out[_ACCEPT + bucket] = float(length)
@@ -350,6 +371,7 @@ class SlaAutoscalingPolicy:
 
     def __init__(self, **policy_spec: Any):
         board = policy_spec.pop(BOARD_KEY, None)
+        self.refit_online = bool(policy_spec.pop(REFIT_KEY, False))
         self.spec = policy_spec_from_json(policy_spec)
         self.board = None if board is None else (str(board["scope"]), str(board["model"]))
 
@@ -372,6 +394,18 @@ class SlaAutoscalingPolicy:
             log.warning("agentserve policy: reading the held-requests board failed: %r", err)
             return None
 
+    def _refitted(self, ctx: Any, policy_state: dict[str, Any]) -> PolicySpec:
+        """The spec with its latency prior refitted from the replicas' latest reports
+        (kept in policy_state[REFIT_STATE_KEY]); the spec itself when not refitting."""
+        prior = self.spec.model
+        if not self.refit_online or prior is None:
+            return self.spec
+        refit = StepRefit.from_dict(policy_state.get(REFIT_STATE_KEY))
+        reports = _latest_reports(ctx).values()
+        refit = refit_from_reports(refit, reports, prior, self.spec.schedule)
+        policy_state[REFIT_STATE_KEY] = refit.to_dict()
+        return replace(self.spec, model=refit_model(prior, refit, self.spec.max_num_seqs))
+
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         policy_state = dict(ctx.policy_state or {})
         now = ctx.current_time if ctx.current_time is not None else 0.0
@@ -387,7 +421,7 @@ class SlaAutoscalingPolicy:
         held = self._held(ctx, now)
         seen = snapshot_from_context(ctx, state, policy_state.get(START_KEY), since, held)
         snap = visible_snapshot(seen, standby)
-        decision = self.policy(snap, self.spec, state)
+        decision = self.policy(snap, self._refitted(ctx, policy_state), state)
         target = fleet_target(decision.target_replicas, standby, self.spec.max_replicas)
         if decision.target_replicas != snap.current_replicas:
             log.info(

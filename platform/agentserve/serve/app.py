@@ -24,8 +24,8 @@ from agentserve.admission.priority import replica_slots
 from agentserve.admission.quota_keeper import QuotaKeeper
 from agentserve.admission.shared_limits import SharedQuota
 from agentserve.admission.shares import ingress_replicas, model_capacity
+from agentserve.autoscale.gpu_latency import is_roofline_prior, policy_latency_model
 from agentserve.autoscale.ray_policy import ray_autoscaling_config
-from agentserve.autoscale.spec_schedule import latency_model_for
 from agentserve.engine.protocol import (
     Delta,
     EngineDeadError,
@@ -276,13 +276,15 @@ def deployment_options(
     if replicas.min_replicas == replicas.max_replicas:
         options["num_replicas"] = replicas.max_replicas
     else:
-        latency = latency_model_for(model)
+        # the measured model, else on GPU the roofline prior (refit online from the
+        # replicas' own time per output token: autoscale/step_refit.py)
+        latency = policy_latency_model(model)
         if latency is None and spec.autoscaling.policy == "sla":
             log.warning(
-                "model %s autoscales with the SLA policy but has no latency model: no "
-                "capacity floor or burst detection, only reactive scaling from observed "
-                "latencies; measure one with `agentserve bench fit-latency` and set "
-                "models[].latency_model",
+                "model %s autoscales with the SLA policy but has no latency model (none "
+                "measured, and no size known for a roofline prior): no capacity floor or "
+                "burst detection, only reactive scaling from observed latencies; measure one "
+                "with `agentserve bench fit-latency` and set models[].latency_model",
                 model.name,
             )
         options["autoscaling_config"] = ray_autoscaling_config(
@@ -291,6 +293,7 @@ def deployment_options(
             latency_model=latency,
             replica_start_s=expected_start_s(model),
             tenant_slas=tenant_slas,
+            refit_online=latency is not None and is_roofline_prior(model),
         )
     return options
 

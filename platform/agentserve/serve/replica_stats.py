@@ -81,6 +81,7 @@ class ReplicaStats:
         self._done: deque[_Done] = deque()
         self._arrivals: deque[float] = deque()
         self._spec: deque[tuple[float, tuple[BatchCounts, ...]]] = deque()
+        self._batches: deque[tuple[float, int]] = deque()  # (time, engine batch) samples
         self.start_s: float | None = None
 
     def begin(self, request_id: str, headers: Mapping[str, str]) -> None:
@@ -172,6 +173,21 @@ class ReplicaStats:
             len(done),
         )
 
+    def tpot_mean(self, engine: EngineStats) -> tuple[float, float, int] | None:
+        """(mean TPOT ms of the requests finished in the window, mean engine batch over
+        the window sampled at each call, how many TPOTs), None without a TPOT: what the
+        autoscaler refits a latency prior from (autoscale/step_refit.py)."""
+        now = self.clock()
+        self._trim(now)
+        self._batches.append((now, engine.running))
+        while self._batches and self._batches[0][0] < now - self.window_s:
+            self._batches.popleft()
+        tpots = [d.tpot_ms for d in self._done if d.tpot_ms is not None]
+        if not tpots:
+            return None
+        batch = sum(b for _, b in self._batches) / len(self._batches)
+        return sum(tpots) / len(tpots), batch, len(tpots)
+
     def acceptance_by_batch(self, engine: EngineStats) -> dict[str, float]:
         """DFlash acceptance length per batch bucket over the window, from the engine's
         cumulative spec_by_batch counters (sampled at each call)."""
@@ -201,4 +217,5 @@ class ReplicaStats:
             replica_start_s=self.start_s,
             sleeping=None if sleep is None else sleep.sleeping,
             wake_s=None if sleep is None else sleep.wake_s,
+            tpot_mean=self.tpot_mean(engine),
         )
