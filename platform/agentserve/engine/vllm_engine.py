@@ -32,6 +32,8 @@ from agentserve.engine.hybrid_stats import step_rows
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
     Delta,
+    Embeddings,
+    EmbedRequest,
     EngineDeadError,
     EngineRequest,
     EngineRequestError,
@@ -45,6 +47,7 @@ from agentserve.engine.vllm_args import (
     frontend_kwargs,
     spec_decode_counters,
 )
+from agentserve.engine.vllm_embed import encode_all
 from agentserve.engine.vllm_errors import error_from_payload, request_error_from_vllm
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
 from agentserve.engine.vllm_fixes import plugin_loaded
@@ -179,6 +182,26 @@ class VLLMEngine:
                 await result.aclose()
         except Exception as err:
             if getattr(self._client, "errored", False):  # AsyncLLM's engine core died
+                raise EngineDeadError(f"vLLM engine for {self.model_name!r} died: {err}") from err
+            client_error = request_error_from_vllm(err)
+            if client_error is not None:
+                raise client_error from err
+            raise
+        finally:
+            self._progress.end()
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        """vLLM's pooling runner (engine/vllm_embed.py); 400 for a model that generates."""
+        if self.spec.task != "embed":
+            raise EngineRequestError(
+                f"model {self.model_name!r} does not embed", code="model_not_embedding"
+            )
+        client = self.async_llm  # EngineUnavailableError before start()
+        self._progress.begin()
+        try:
+            return await encode_all(client, request)
+        except Exception as err:
+            if getattr(client, "errored", False):  # AsyncLLM's engine core died
                 raise EngineDeadError(f"vLLM engine for {self.model_name!r} died: {err}") from err
             client_error = request_error_from_vllm(err)
             if client_error is not None:
