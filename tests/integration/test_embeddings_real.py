@@ -30,11 +30,13 @@ def client():
     spec = DeploymentSpec.model_validate({"models": [model]})
     engine = VLLMEngine(spec.models[0])
     loop = asyncio.new_event_loop()
-    loop.run_until_complete(engine.start())
-    app = create_app(spec, {BUNDLED_MODEL: LocalBackend(engine)})
-    yield _LoopClient(loop, app)
-    loop.run_until_complete(engine.stop())
-    loop.close()
+    try:
+        loop.run_until_complete(engine.start())
+        app = create_app(spec, {BUNDLED_MODEL: LocalBackend(engine)})
+        yield _LoopClient(loop, app)
+    finally:  # a start that failed half-way stops its engine core too
+        loop.run_until_complete(engine.stop())
+        loop.close()
 
 
 class _LoopClient:

@@ -144,10 +144,7 @@ class VLLMEngine:
         state = State()
         tasks = await self._client.get_supported_tasks()
         await init_app_state(self._client, state, args, supported_tasks=tasks)
-        self._serving = {
-            "chat": state.openai_serving_chat,
-            "completion": state.openai_serving_completion,
-        }
+        self._serving = servings(state)
 
     @property
     def async_llm(self) -> Any:
@@ -163,6 +160,10 @@ class VLLMEngine:
         if request.continuation is not None:
             kind, body = continuation_body(request)
         serving = self._serving.get(kind)
+        if self._client is not None and self.spec.task == "embed":
+            raise EngineRequestError(
+                f"model {self.model_name!r} is an embedding model", code="model_not_generative"
+            )
         if self._client is None or serving is None:
             raise EngineUnavailableError(f"vLLM engine for {self.model_name!r} is not started")
         body = _streaming_body(body, request.request_id)
@@ -274,6 +275,16 @@ class VLLMEngine:
             self._client = None
         if self._hybrid_stats:
             Path(self._hybrid_stats).unlink(missing_ok=True)
+
+
+def servings(state: Any) -> dict[str, Any]:
+    """vLLM's chat and completion serving objects from its app state, by request kind; a
+    pooling model's state has neither (it serves embeddings through encode_all)."""
+    found = {
+        "chat": getattr(state, "openai_serving_chat", None),
+        "completion": getattr(state, "openai_serving_completion", None),
+    }
+    return {kind: serving for kind, serving in found.items() if serving is not None}
 
 
 def stat_loggers(ours: Any, export: bool) -> list[Any]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 from types import SimpleNamespace
 
 from fastapi import Request
@@ -51,10 +50,9 @@ class EmbeddingsPath:
         dispatch: Dispatch,
         close: Close,
         tracer: Tracer,
-        clock: Callable[[], float],
     ):
         self.spec, self.admit, self.dispatch, self.close = spec, admit, dispatch, close
-        self.tracer, self.clock = tracer, clock
+        self.tracer = tracer
 
     async def __call__(self, request: Request, tenants: TenantResolver) -> JSONResponse:
         """Authenticate, read, parse, admit, dispatch, answer, close (once)."""

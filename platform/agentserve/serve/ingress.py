@@ -82,7 +82,7 @@ class _Ingress:
         self.dispatch_stage = Dispatch(spec, self.backends, self.admit_stage, clock, board)
         self.close_stage = Close(self.admit_stage, self.dispatch_stage)
         self.embeddings = EmbeddingsPath(  # /v1/embeddings on the same stages
-            spec, self.admit_stage, self.dispatch_stage, self.close_stage, tracer, clock
+            spec, self.admit_stage, self.dispatch_stage, self.close_stage, tracer
         )
         self.shares = self.admit_stage.shares  # admission/shares.py
         self.shares.set_tenants(self.tenants.tenants())

@@ -91,3 +91,17 @@ def test_fake_engine_embeds_only_as_an_embedding_model():
     assert result.prompt_tokens == 5
     assert abs(sum(x * x for x in result.vectors[0]) - 1.0) < 1e-9  # unit vectors
     assert refused.code == "model_not_embedding"
+
+
+def test_a_pooling_models_vllm_state_has_no_chat_serving():
+    """vLLM 0.32's app state for a pooling model sets neither openai_serving_chat nor
+    openai_serving_completion (reading them raised AttributeError at engine start)."""
+    from agentserve.engine.vllm_engine import servings
+    from starlette.datastructures import State
+
+    pooling = State()
+    pooling.openai_serving_embedding = object()
+    assert servings(pooling) == {}
+    generating = State()
+    generating.openai_serving_chat, generating.openai_serving_completion = "chat", "cmpl"
+    assert servings(generating) == {"chat": "chat", "completion": "cmpl"}
