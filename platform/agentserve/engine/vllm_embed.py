@@ -22,13 +22,15 @@ async def encode_all(client: Any, request: EmbedRequest) -> Embeddings:
     errors (an input past the context) propagate as vLLM raises them."""
     from vllm.pooling_params import PoolingParams
 
-    params = PoolingParams(task="embed")
-    outputs = await asyncio.gather(
+    outputs = await asyncio.gather(  # params each: vLLM's verify() fills them in per request
         *(
-            _encode(client, item, params, f"embd-{request.request_id}-{i}", request.headers)
+            _encode(
+                client, item, PoolingParams(task="embed"), f"embd-{request.request_id}-{i}",
+                request.headers,
+            )
             for i, item in enumerate(request.inputs)
         )
-    )
+    )  # fmt: skip
     vectors = tuple(tuple(_vector(out)) for out in outputs)
     return Embeddings(vectors, sum(len(out.prompt_token_ids) for out in outputs))
 
