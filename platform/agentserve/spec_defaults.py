@@ -71,6 +71,8 @@ def with_default_drafters(
     data = spec.model_dump(mode="json")
     notes = []
     for model, entry in zip(spec.models, data["models"], strict=True):
+        if model.task == "embed":  # an embedding model never drafts
+            continue
         if flag is not None:
             entry["drafter"]["enabled"] = flag
             continue

@@ -27,6 +27,8 @@ raise EngineDeadError) or hang (steps and health() never return) once that many 
 were emitted; with `fault_prompts`, a prompt starting "FAULT crash" or "FAULT stuck" injects
 it once that request has emitted FAULT_AFTER_TOKENS tokens (so its own continuation
 elsewhere does not inject it again).
+Embeddings (`task="embed"`, as ModelSpec.task): deterministic unit vectors of `embed_size`
+(agentserve_bench/fake_embed.py); a generate model refuses them with 400.
 Sleep mode (engine/protocol.Sleeper, like vLLM's level 1 on GPU): sleep() and wake_up()
 take `wake_delay_s` each; a request submitted while asleep raises EngineUnavailableError
 (the replica's sleep gate must never let one through).
@@ -44,6 +46,8 @@ from typing import Any
 
 from agentserve.engine.protocol import (
     Delta,
+    Embeddings,
+    EmbedRequest,
     EngineDeadError,
     EngineRequest,
     EngineRequestError,
@@ -51,6 +55,8 @@ from agentserve.engine.protocol import (
     EngineUnavailableError,
 )
 from agentserve.engine.spec_by_batch import SpecByBatch
+
+from agentserve_bench.fake_embed import DEFAULT_EMBED_SIZE, fake_embeddings
 
 __all__ = ["FakeEngine", "FakeEngineFactory"]
 
@@ -80,8 +86,11 @@ class FakeEngine:
         fault_prompts: bool = False,
         wake_delay_s: float = 0.0,
         requests_kept: int = REQUESTS_KEPT,
+        task: str = "generate",
+        embed_size: int = DEFAULT_EMBED_SIZE,
     ):
         self.model_name = model_name
+        self.task, self.embed_size = task, embed_size
         self.wake_delay_s = wake_delay_s
         self.asleep = False
         self.max_model_len = max_model_len
@@ -106,7 +115,7 @@ class FakeEngine:
     @classmethod
     def from_model(cls, model: Any) -> FakeEngine:
         """What `engine: fake` in a spec builds (the registry's contract)."""
-        return cls(model.name, model.max_model_len or CONTEXT_WHERE_UNSET)
+        return cls(model.name, model.max_model_len or CONTEXT_WHERE_UNSET, task=model.task)
 
     @classmethod
     def expected_start_s(cls, model: Any) -> float:
@@ -169,6 +178,18 @@ class FakeEngine:
             spec_accepted_tokens=self._accepted,
             spec_by_batch=self._by_batch.snapshot(),
         )
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        """See the module docstring: one step's delay, then the vectors."""
+        if not self.started or self.asleep:
+            raise EngineUnavailableError("fake engine not started or asleep")
+        if self.task != "embed":
+            raise EngineRequestError(
+                f"model {self.model_name!r} does not embed", code="model_not_embedding"
+            )
+        await self._check_fault()
+        await asyncio.sleep(self.token_delay_s)
+        return fake_embeddings(request, self.max_model_len, self.embed_size)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[Delta]:
         """See the module docstring; raises EngineRequestError before any delta."""
@@ -310,6 +331,7 @@ class FakeEngineFactory:
             max_num_seqs=model.engine_slots,
             fault_prompts=self.fault_prompts,
             wake_delay_s=self.wake_delay_s,
+            task=model.task,
         )
 
 

@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 __all__ = [
     "Continuation",
     "Delta",
+    "EmbedRequest",
+    "Embeddings",
     "Engine",
     "EngineDeadError",
     "EngineError",
@@ -126,6 +128,28 @@ class EngineRequest:
 
 
 @dataclass(frozen=True)
+class EmbedRequest:
+    """One embeddings request of an embedding model (ModelSpec.task "embed").
+
+    `inputs` are embedded independently, each a text or a prompt's token ids; `headers` as
+    for EngineRequest (trace context, the ingress's send time).
+    """
+
+    request_id: str
+    inputs: tuple[str | tuple[int, ...], ...]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """The answer to an EmbedRequest: one vector per input, in the inputs' order, all of
+    the model's embedding size; `prompt_tokens` the inputs' tokens, summed."""
+
+    vectors: tuple[tuple[float, ...], ...]
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
 class Delta:
     """One step of output for one choice (`index`; engines always yield choice 0, the
     ingress's fan-out of an n > 1 request sets it: serve/fanout.py).
@@ -219,6 +243,10 @@ class Engine(Protocol):
       context, before any delta), EngineUnavailableError when it cannot serve now, and
       EngineDeadError when it died (also mid-stream). It honours
       EngineRequest.continuation. Closing the iterator early aborts the request.
+    - embed() answers an EmbedRequest of an embedding model (task "embed") with one
+      vector per input; it raises EngineRequestError for client mistakes (an input
+      longer than the context; a model that does not embed), EngineUnavailableError and
+      EngineDeadError as generate() does.
     - health() raises EngineUnavailableError when the engine cannot serve.
     """
 
@@ -228,6 +256,8 @@ class Engine(Protocol):
     async def start(self) -> None: ...
 
     def generate(self, request: EngineRequest) -> AsyncIterator[Delta]: ...
+
+    async def embed(self, request: EmbedRequest) -> Embeddings: ...
 
     async def abort(self, request_id: str) -> None: ...
 

@@ -183,6 +183,8 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         kwargs["async_scheduling"] = False
     if model.priority_scheduling:  # the ingress sets each priority (admission/priority.py)
         kwargs["scheduling_policy"] = "priority"
+    if model.task == "embed":  # vLLM's pooling runner, the causal LM read as an embedder
+        kwargs.update(runner="pooling", convert="embed")
     if model.kv_cache_dtype != "auto":
         kwargs["kv_cache_dtype"] = model.kv_cache_dtype
     if model.replicas.sleep_when_idle_s is not None:  # GPU replicas only (ReplicaSpec)

@@ -32,6 +32,8 @@ from agentserve.engine.hybrid_stats import step_rows
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
     Delta,
+    Embeddings,
+    EmbedRequest,
     EngineDeadError,
     EngineRequest,
     EngineRequestError,
@@ -45,6 +47,7 @@ from agentserve.engine.vllm_args import (
     frontend_kwargs,
     spec_decode_counters,
 )
+from agentserve.engine.vllm_embed import encode_all
 from agentserve.engine.vllm_errors import error_from_payload, request_error_from_vllm
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
 from agentserve.engine.vllm_fixes import plugin_loaded
@@ -141,10 +144,7 @@ class VLLMEngine:
         state = State()
         tasks = await self._client.get_supported_tasks()
         await init_app_state(self._client, state, args, supported_tasks=tasks)
-        self._serving = {
-            "chat": state.openai_serving_chat,
-            "completion": state.openai_serving_completion,
-        }
+        self._serving = servings(state)
 
     @property
     def async_llm(self) -> Any:
@@ -160,6 +160,10 @@ class VLLMEngine:
         if request.continuation is not None:
             kind, body = continuation_body(request)
         serving = self._serving.get(kind)
+        if self._client is not None and self.spec.task == "embed":
+            raise EngineRequestError(
+                f"model {self.model_name!r} is an embedding model", code="model_not_generative"
+            )
         if self._client is None or serving is None:
             raise EngineUnavailableError(f"vLLM engine for {self.model_name!r} is not started")
         body = _streaming_body(body, request.request_id)
@@ -179,6 +183,26 @@ class VLLMEngine:
                 await result.aclose()
         except Exception as err:
             if getattr(self._client, "errored", False):  # AsyncLLM's engine core died
+                raise EngineDeadError(f"vLLM engine for {self.model_name!r} died: {err}") from err
+            client_error = request_error_from_vllm(err)
+            if client_error is not None:
+                raise client_error from err
+            raise
+        finally:
+            self._progress.end()
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        """vLLM's pooling runner (engine/vllm_embed.py); 400 for a model that generates."""
+        if self.spec.task != "embed":
+            raise EngineRequestError(
+                f"model {self.model_name!r} does not embed", code="model_not_embedding"
+            )
+        client = self.async_llm  # EngineUnavailableError before start()
+        self._progress.begin()
+        try:
+            return await encode_all(client, request)
+        except Exception as err:
+            if getattr(client, "errored", False):  # AsyncLLM's engine core died
                 raise EngineDeadError(f"vLLM engine for {self.model_name!r} died: {err}") from err
             client_error = request_error_from_vllm(err)
             if client_error is not None:
@@ -251,6 +275,16 @@ class VLLMEngine:
             self._client = None
         if self._hybrid_stats:
             Path(self._hybrid_stats).unlink(missing_ok=True)
+
+
+def servings(state: Any) -> dict[str, Any]:
+    """vLLM's chat and completion serving objects from its app state, by request kind; a
+    pooling model's state has neither (it serves embeddings through encode_all)."""
+    found = {
+        "chat": getattr(state, "openai_serving_chat", None),
+        "completion": getattr(state, "openai_serving_completion", None),
+    }
+    return {kind: serving for kind, serving in found.items() if serving is not None}
 
 
 def stat_loggers(ours: Any, export: bool) -> list[Any]:

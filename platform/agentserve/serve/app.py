@@ -28,6 +28,8 @@ from agentserve.autoscale.gpu_latency import is_roofline_prior, policy_latency_m
 from agentserve.autoscale.ray_policy import ray_autoscaling_config
 from agentserve.engine.protocol import (
     Delta,
+    Embeddings,
+    EmbedRequest,
     EngineDeadError,
     EngineError,
     EngineGoneError,
@@ -108,6 +110,18 @@ class HandleBackend:
                 # error above is the one to report
                 with contextlib.suppress(Exception):
                     responses.cancel()
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        try:
+            return await self.handle.embed.remote(request)
+        except (BackPressureError, DeploymentUnavailableError) as err:
+            raise EngineUnavailableError(str(err)) from None
+        except RayActorError as err:
+            raise _replica_died(self.handle, err) from None
+        except RayTaskError as err:
+            if isinstance(getattr(err, "cause", None), RayActorError):
+                raise _replica_died(self.handle, err.cause) from None
+            raise _engine_cause(err) from None
 
     async def stats(self) -> EngineStats:
         return await self.handle.stats.remote()

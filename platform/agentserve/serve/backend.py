@@ -14,6 +14,8 @@ from opentelemetry.trace import Tracer
 
 from agentserve.engine.protocol import (
     Delta,
+    Embeddings,
+    EmbedRequest,
     Engine,
     EngineRequest,
     EngineStats,
@@ -28,6 +30,10 @@ class ModelBackend(Protocol):
     """One model as the ingress sees it; same error contract as Engine.generate."""
 
     def generate(self, request: EngineRequest) -> AsyncIterator[Delta]: ...
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        """Engine.embed on one replica; same error contract."""
+        ...
 
     async def stats(self) -> EngineStats: ...
 
@@ -59,6 +65,9 @@ class LocalBackend:
             num_speculative_tokens=k,
             proposer_counts=getattr(self.engine, "proposer_counts", None),  # hybrid drafting
         )
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        return await self.engine.embed(request)
 
     async def stats(self) -> EngineStats:
         return await self.engine.stats()

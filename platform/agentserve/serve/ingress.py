@@ -20,7 +20,8 @@ The request path (docs/architecture.md), a stage each, composed in `_Ingress._pa
                   server.stream_stall_timeout_s ends it (serve/stream_guard.py)
   7. close        what the request holds given back, metrics and the ingress span recorded,
                   once, however the request ended (stages.Close)
-/v1/responses is a chat completion on this path (api/responses.py).
+/v1/responses is a chat completion on this path (api/responses.py); /v1/embeddings takes the
+same stages for embedding models, answered whole (serve/embeddings.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from agentserve.api.responses import ResponsesRequest
 from agentserve.serve.admin import is_loopback_client
 from agentserve.serve.cached import Cached
 from agentserve.serve.edge import edge_app
+from agentserve.serve.embeddings import EmbeddingsPath
 from agentserve.serve.health import HealthCache
 from agentserve.serve.held_board import HeldStore
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
@@ -86,6 +88,9 @@ class _Ingress:
         self.admit_stage = Admit(spec, capacity, self.metrics, clock, quota)
         self.dispatch_stage = Dispatch(spec, self.backends, self.admit_stage, clock, board)
         self.close_stage = Close(self.admit_stage, self.dispatch_stage)
+        self.embeddings = EmbeddingsPath(  # /v1/embeddings on the same stages
+            spec, self.admit_stage, self.dispatch_stage, self.close_stage, tracer
+        )
         self.shares = self.admit_stage.shares  # admission/shares.py
         self.shares.set_tenants(self.tenants.tenants())
         self.in_flight = self.shares.in_flight  # model -> requests queued or running
@@ -253,6 +258,10 @@ def create_app(
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await ingress.complete("completion", request)
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        return await ingress.embeddings(request, ingress.tenants)
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict:

@@ -29,6 +29,8 @@ from collections.abc import AsyncIterator, Callable
 
 from agentserve.engine.protocol import (
     Delta,
+    Embeddings,
+    EmbedRequest,
     Engine,
     EngineDeadError,
     EngineGoneError,
@@ -116,6 +118,19 @@ class ModelReplica:
         finally:
             self.windows.end(request.request_id)
             await aclose_stream(stream)  # a cancelled handle call lands here: the engine aborts
+
+    async def embed(self, request: EmbedRequest) -> Embeddings:
+        """The engine's embeddings of `request` (an embedding model's replica), waking a
+        sleeping engine first; a dead engine takes the replica down as in generate."""
+        if getattr(self, "_exiting", False):
+            raise EngineGoneError(f"the engine of {self.model.name} died before this request")
+        awake = self.sleep_gate.serving() if self.sleep_gate else contextlib.nullcontext()
+        try:
+            async with awake:
+                return await self.engine.embed(request)
+        except EngineDeadError:
+            self._exit_soon()
+            raise
 
     async def generate_batches(self, request: EngineRequest) -> AsyncIterator[list[Delta]]:
         """`generate` as the ingress receives it (a Serve streaming method): the first

@@ -42,12 +42,15 @@ SESSION_HEADER = "x-session-id"
 TENANT_HEADER = "x-agentserve-tenant"  # the tenant the ingress resolved, for the replica
 
 
+_OPERATIONS = {"chat": "chat", "completion": "text_completion", "embeddings": "embeddings"}
+
+
 def start_ingress(tracer: Tracer, kind: str, headers: Mapping[str, str]) -> Span:
     """Start the ingress span as a child of the caller's valid traceparent (else a root)."""
     parent = t.extract_context(headers)
     span = tracer.start_span("ingress", context=parent, kind=SpanKind.SERVER)
     if span.is_recording():
-        span.set_attribute(t.OPERATION, "chat" if kind == "chat" else "text_completion")
+        span.set_attribute(t.OPERATION, _OPERATIONS.get(kind, kind))
         span.set_attribute(t.PROVIDER, t.PROVIDER_NAME)
         session = {k.lower(): v for k, v in headers.items()}.get(SESSION_HEADER)
         if session:

@@ -33,6 +33,7 @@ from agentserve.admission.shared_limits import LocalQuota, SharedQuota
 from agentserve.admission.shares import AdmittedCall, QueueShares, ingress_replicas
 from agentserve.api.auth import Tenant
 from agentserve.api.cache_salt import CacheSalter, salt_key
+from agentserve.api.embeddings import generate_only
 from agentserve.api.errors import APIError, OverloadedError
 from agentserve.api.responses import ResponsesRequest
 from agentserve.engine.protocol import (
@@ -115,6 +116,7 @@ class Admit:
         quota: Quota | None = None,
     ):
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
+        self.embedders = frozenset(m.name for m in spec.models if m.task == "embed")
         self.parser = RequestParser(self.max_model_len)
         self.shares = QueueShares(models, spec.server.max_queue_len)
         self.quota = quota or LocalQuota(clock)
@@ -133,6 +135,7 @@ class Admit:
         translate = responses.translate if responses is not None else None
 
         async def admit(model: str, tenant: Tenant, reserve: int, count: int) -> AdmittedCall:
+            generate_only(model, self.embedders)  # 400 for an embedding model
             held.call = await self.admit(model, tenant, reserve, count)
             return held.call
 

@@ -84,6 +84,12 @@ class ModelSpec(_Spec):
         "Hugging Face format directory (absolute or ./relative).",
     )
     revision: str | None = _revision_field("source")
+    task: Literal["generate", "embed"] = Field(
+        "generate",
+        description="What the model serves: generate (chat, completions, responses) or "
+        "embed (/v1/embeddings: vLLM's pooling runner, the model converted to an embedding "
+        "model: runner pooling, convert embed; no drafter).",
+    )
     dtype: Literal["bfloat16", "float16", "float32", "auto"] | None = Field(
         None,
         description="Weight and activation dtype. null = by device: on CPU replicas "
@@ -308,6 +314,8 @@ class ModelSpec(_Spec):
                 "async_scheduling: hybrid drafting needs it off (vLLM cannot schedule "
                 "asynchronously with per-request draft lengths)"
             )
+        if drafter.enabled and self.task == "embed":
+            raise ValueError("drafter.enabled: an embedding model (task embed) never drafts")
         context = self.max_model_len
         if drafter.enabled and context is not None and drafter.num_speculative_tokens >= context:
             raise ValueError(

@@ -87,7 +87,12 @@ def test_every_stored_hash_is_compared_in_constant_time(monkeypatch):
 )
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("post", "/v1/chat/completions"), ("post", "/v1/completions"), ("get", "/v1/models")],
+    [
+        ("post", "/v1/chat/completions"),
+        ("post", "/v1/completions"),
+        ("post", "/v1/embeddings"),
+        ("get", "/v1/models"),
+    ],
 )
 def test_no_valid_key_is_401_on_every_api_route(header, method, path):
     client, engine = _client(_spec())

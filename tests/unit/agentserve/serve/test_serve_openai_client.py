@@ -71,3 +71,40 @@ def test_openai_client_raises_typed_errors():
             await bad.models.list()
 
     asyncio.run(run())
+
+
+def test_openai_client_embeddings():
+    """The client asks for base64 unless told otherwise and decodes it: both ways give
+    the same vectors; a generate model's BadRequestError carries the code."""
+
+    async def run():
+        spec = DeploymentSpec.model_validate(
+            {
+                "models": [
+                    {"name": "m", "engine": "fake", "max_model_len": 64},
+                    {"name": "e", "engine": "fake", "max_model_len": 64, "task": "embed"},
+                ],
+                "tenants": [{"name": "t", "api_key_sha256": hash_api_key(KEY), "sla": {}}],
+            }
+        )
+        engines = {"m": FakeEngine("m", 64), "e": FakeEngine("e", 64, task="embed")}
+        for engine in engines.values():
+            await engine.start()
+        app = create_app(spec, {n: LocalBackend(e) for n, e in engines.items()})
+        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://t")
+        client = openai.AsyncOpenAI(
+            api_key=KEY, base_url="http://t/v1", http_client=http, max_retries=0
+        )
+        packed = await client.embeddings.create(model="e", input=["a b", "c"])
+        floats = await client.embeddings.create(
+            model="e", input=["a b", "c"], encoding_format="float"
+        )
+        assert [len(d.embedding) for d in packed.data] == [8, 8]
+        for p, f in zip(packed.data, floats.data, strict=True):
+            assert p.embedding == pytest.approx(f.embedding, rel=1e-6)
+        assert packed.usage.prompt_tokens == 3
+        with pytest.raises(openai.BadRequestError, match="not an embedding model") as refused:
+            await client.embeddings.create(model="m", input="x")
+        assert refused.value.code == "model_not_embedding"
+
+    asyncio.run(run())
