@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ("platform/agentserve", "operators/agentserve_operator", "dflash")
 OURS = {"agentserve", "agentserve_operator", "agentserve_bench", "dflash", "tests"}
 # modules whose distribution the installed metadata cannot name: module -> distribution
-KNOWN = {"vllm": "vllm", "yaml": "pyyaml"}
+KNOWN = {"vllm": "vllm", "yaml": "pyyaml", "pynvml": "nvidia-ml-py"}
 
 
 def _normal(name: str) -> str:
