@@ -184,7 +184,9 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
     if model.priority_scheduling:  # the ingress sets each priority (admission/priority.py)
         kwargs["scheduling_policy"] = "priority"
     if model.task == "embed":  # vLLM's pooling runner, the causal LM read as an embedder
-        kwargs.update(runner="pooling", convert="embed")
+        # one output per request: vLLM's stream_interval > 1 path needs a detokenizer,
+        # which a pooling request has not
+        kwargs.update(runner="pooling", convert="embed", stream_interval=1)
     if model.kv_cache_dtype != "auto":
         kwargs["kv_cache_dtype"] = model.kv_cache_dtype
     if model.replicas.sleep_when_idle_s is not None:  # GPU replicas only (ReplicaSpec)

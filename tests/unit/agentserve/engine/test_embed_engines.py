@@ -43,6 +43,7 @@ def test_an_embedding_model_never_drafts():
 def test_embed_runs_vllms_pooling_runner():
     kwargs = engine_kwargs(_model(task="embed"), "/models/x")
     assert kwargs["runner"] == "pooling" and kwargs["convert"] == "embed"
+    assert kwargs["stream_interval"] == 1  # >1 needs a detokenizer, which pooling has not
     assert kwargs["speculative_config"] is None
     plain = engine_kwargs(_model(), "/models/x")
     assert "runner" not in plain and "convert" not in plain
