@@ -182,14 +182,19 @@ class VLLMEngine:
             finally:
                 await result.aclose()
         except Exception as err:
-            if getattr(self._client, "errored", False):  # AsyncLLM's engine core died
-                raise EngineDeadError(f"vLLM engine for {self.model_name!r} died: {err}") from err
-            client_error = request_error_from_vllm(err)
-            if client_error is not None:
-                raise client_error from err
-            raise
+            failure = self._request_failure(self._client, err)
+            if failure is err:
+                raise
+            raise failure from err
         finally:
             self._progress.end()
+
+    def _request_failure(self, client: Any, err: Exception) -> Exception:
+        """What a failed request raises: EngineDeadError where AsyncLLM's engine core died,
+        the client's 4xx for a request vLLM refused, else the error itself."""
+        if getattr(client, "errored", False):
+            return EngineDeadError(f"vLLM engine for {self.model_name!r} died: {err}")
+        return request_error_from_vllm(err) or err
 
     async def embed(self, request: EmbedRequest) -> Embeddings:
         """vLLM's pooling runner (engine/vllm_embed.py); 400 for a model that generates."""
@@ -202,12 +207,10 @@ class VLLMEngine:
         try:
             return await encode_all(client, request)
         except Exception as err:
-            if getattr(client, "errored", False):  # AsyncLLM's engine core died
-                raise EngineDeadError(f"vLLM engine for {self.model_name!r} died: {err}") from err
-            client_error = request_error_from_vllm(err)
-            if client_error is not None:
-                raise client_error from err
-            raise
+            failure = self._request_failure(client, err)
+            if failure is err:
+                raise
+            raise failure from err
         finally:
             self._progress.end()
 

@@ -13,7 +13,6 @@ completions.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from types import SimpleNamespace
 
@@ -30,11 +29,11 @@ from agentserve.api.embeddings import (
     embeddings_response,
     parse_embeddings,
 )
-from agentserve.api.errors import ModelNotFoundError, OverloadedError
+from agentserve.api.errors import ModelNotFoundError
 from agentserve.engine.protocol import Delta, Embeddings, EmbedRequest, EngineDeadError
 from agentserve.serve import spans
 from agentserve.serve.engine_request import engine_headers
-from agentserve.serve.stages import COLD_START_RETRY_AFTER_S, Admit, Close, Dispatch, Held
+from agentserve.serve.stages import Admit, Close, Dispatch, Held, held_for_cold_start
 from agentserve.spec import DeploymentSpec
 
 __all__ = ["EmbeddingsPath"]
@@ -97,17 +96,9 @@ class EmbeddingsPath:
     async def _embed(self, model: str, request: EmbedRequest, ready: int | None) -> Embeddings:
         """The engine's answer, retried when its replica died; held at most
         cold_start_hold_timeout_s while the model has no ready replica (then 503)."""
-        if ready is None or ready > 0:
-            return await self._retried(model, request)
-        hold_s = self.spec.autoscaling.cold_start_hold_timeout_s
-        try:
-            return await asyncio.wait_for(self._retried(model, request), hold_s)
-        except TimeoutError:
-            raise OverloadedError(
-                f"model {model!r} is starting (no ready replica) and did not answer within "
-                f"{hold_s:g} s; retry later",
-                retry_after_s=COLD_START_RETRY_AFTER_S,
-            ) from None
+        cold = ready is not None and ready <= 0
+        hold_s = self.spec.autoscaling.cold_start_hold_timeout_s if cold else None
+        return await held_for_cold_start(self._retried(model, request), model, hold_s)
 
     async def _retried(self, model: str, request: EmbedRequest) -> Embeddings:
         backend, retries = self.dispatch.backends[model], self.spec.server.max_migrations

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Request
 from opentelemetry.trace import Span, Tracer
@@ -57,7 +57,9 @@ from agentserve.serve.poison import POISON_DEATHS, PoisonList
 from agentserve.spec import DeploymentSpec
 
 __all__ = ["CLIENT_CLOSED", "Admit", "Backends", "Close", "Dispatch", "Held", "Quota"]
-__all__ += ["status_of"]
+__all__ += ["held_for_cold_start", "status_of"]
+
+T = TypeVar("T")
 
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 COLD_START_RETRY_AFTER_S = 10.0
@@ -261,17 +263,9 @@ class Dispatch:
         starting), the request is held (it waits in Serve's router, which is also what
         triggers the scale-up) for at most cold_start_hold_timeout_s, then refused with
         503 and Retry-After. `ready`: the model's ready replicas (None = unknown)."""
-        if ready is None or ready > 0:
-            return await _first_delta(stream)
-        hold_s = self.spec.autoscaling.cold_start_hold_timeout_s
-        try:
-            return await asyncio.wait_for(_first_delta(stream), hold_s)
-        except TimeoutError:
-            raise OverloadedError(
-                f"model {model!r} is starting (no ready replica) and did not answer within "
-                f"{hold_s:g} s; retry later",
-                retry_after_s=COLD_START_RETRY_AFTER_S,
-            ) from None
+        cold = ready is not None and ready <= 0
+        hold_s = self.spec.autoscaling.cold_start_hold_timeout_s if cold else None
+        return await held_for_cold_start(_first_delta(stream), model, hold_s)
 
     async def undo(self, held: Held) -> None:
         if held.stream is not None:
@@ -324,3 +318,18 @@ class Close:
             output_tokens=call.completion_tokens,
             finish_reasons=[r for _, r in sorted(call.finish_reasons.items())],
         )
+
+
+async def held_for_cold_start(answer: Awaitable[T], model: str, hold_s: float | None) -> T:
+    """`answer`, waited for at most hold_s (None: no limit) while the model has no ready
+    replica (scaled to zero or starting); past it 503 with Retry-After."""
+    if hold_s is None:
+        return await answer
+    try:
+        return await asyncio.wait_for(answer, hold_s)
+    except TimeoutError:
+        raise OverloadedError(
+            f"model {model!r} is starting (no ready replica) and did not answer within "
+            f"{hold_s:g} s; retry later",
+            retry_after_s=COLD_START_RETRY_AFTER_S,
+        ) from None
