@@ -338,12 +338,14 @@ def worker_group(d: r.Desired, model: ModelSpec) -> dict[str, Any]:
 
 
 def prefetch_args(model: ModelSpec) -> list[str]:
-    """`repo[@revision]` of each Hugging Face id the model's replica loads."""
+    """`repo[@revision]` of each Hugging Face id the model's replica loads (its source,
+    drafter and LoRA adapters)."""
     from agentserve.model_sources import is_hub_id
 
     refs = [(model.source, model.revision)]
     if model.drafter.enabled and model.drafter.path:
         refs.append((model.drafter.path, model.drafter.revision))
+    refs += [(source, None) for source in (model.lora.adapters if model.lora else {}).values()]
     return [f"{repo}@{rev}" if rev else repo for repo, rev in refs if is_hub_id(repo)]
 
 

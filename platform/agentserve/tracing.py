@@ -51,6 +51,7 @@ TENANT = "agentserve.tenant"
 # the replica's spans are not GenAI operations (no gen_ai.operation.name): own names for
 # what the ingress span records under gen_ai.* (model, finish reasons)
 MODEL = "agentserve.model"
+ADAPTER = "agentserve.lora.adapter"  # the LoRA adapter a request named (gen_ai.request.model)
 SERVED_FINISH_REASONS = "agentserve.finish_reasons"
 REQUEST_ID = "agentserve.request_id"
 TTFT_S = "agentserve.ttft_s"

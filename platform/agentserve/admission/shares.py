@@ -62,6 +62,7 @@ class AdmittedCall(DeltaTracker):
     closed: bool = field(default=False)
     count: int = 1  # places it holds in the model's queue: its choices (n)
     sent: int = 0  # slots it holds toward the model's replicas (admission/priority.py)
+    adapter: str | None = None  # the LoRA adapter the request named (serve/adapter_names.py)
 
 
 class QueueShares:

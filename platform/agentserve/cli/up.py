@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from agentserve.adapters import AdapterMissingError, check_local_adapters
 from agentserve.calibration import export_decisions
 from agentserve.cli.console import Console
 from agentserve.cli.signals import StopSignals
@@ -136,7 +137,14 @@ def run_up(args: argparse.Namespace, console: Console | None = None) -> int:
             phoenix_executable()  # fail now, not after the weights are prepared
         spec, notes = load_up_spec(args, console)
         drafters = check_drafters(spec)
-    except (SpecError, DrafterMissingError, PortInUseError, PhoenixNotInstalledError) as err:
+        check_local_adapters(spec)  # a wrong lora path: refused before Ray starts
+    except (
+        SpecError,
+        DrafterMissingError,
+        AdapterMissingError,
+        PortInUseError,
+        PhoenixNotInstalledError,
+    ) as err:
         console.error(str(err))
         return 2
     for note in notes:

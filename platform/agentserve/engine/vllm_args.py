@@ -17,6 +17,7 @@ from typing import Any
 from agentserve.drafters import shipped_drafter
 from agentserve.engine.cpu_settings import compile_on_cpu, cpu_executor
 from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
+from agentserve.engine.vllm_lora import lora_kwargs
 from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
 from agentserve.spec.drafter import DFLASH_METHODS, tokens_for_block
@@ -173,6 +174,7 @@ def engine_kwargs(model: ModelSpec, model_dir: str | Path, **overrides: Any) -> 
         "stream_interval": model.stream_interval_tokens if model.stream_interval_ms > 0 else 1,
         "allowed_media_domains": list(NO_REMOTE_MEDIA),
         **parallel_kwargs(model),
+        **lora_kwargs(model),  # enable_lora, max_loras, max_lora_rank (engine/vllm_lora.py)
     }
     if model.async_scheduling:
         kwargs["async_scheduling"] = True

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentserve.adapters import adapter_dirs
 from agentserve.engine.cpu_settings import apply_cpu_engine_settings
 from agentserve.engine.hybrid_drafter import (
     STATS_INTERVAL_S,
@@ -51,6 +52,7 @@ from agentserve.engine.vllm_embed import encode_all
 from agentserve.engine.vllm_errors import error_from_payload, request_error_from_vllm
 from agentserve.engine.vllm_fixes import ensure_enabled as ensure_fixes_enabled
 from agentserve.engine.vllm_fixes import plugin_loaded
+from agentserve.engine.vllm_lora import lora_modules
 from agentserve.engine.vllm_paths import check_vllm_paths
 from agentserve.engine.vllm_ray import config_in_placement_group, needs_placement_group
 from agentserve.engine.vllm_sse import deltas_from_sse
@@ -128,6 +130,7 @@ class VLLMEngine:
             resolve_model, self.spec.source, revision=self.spec.revision, progress=True
         )
         kwargs = await asyncio.to_thread(engine_kwargs, self.spec, model_dir, **self._overrides)
+        adapters = await asyncio.to_thread(adapter_dirs, self.spec)  # hub ids: downloaded once
         self._hybrid_stats = with_stats_path(kwargs, plugin_loaded())  # hybrid's counts
         engine_args = AsyncEngineArgs(**kwargs)
         self._watch_steps = not kwargs.get("disable_log_stats")  # steps come with stats
@@ -140,6 +143,7 @@ class VLLMEngine:
         else:
             self._client = AsyncLLM.from_engine_args(engine_args, stat_loggers=loggers)
         frontend = vars(FrontendArgs()) | frontend_kwargs(self.spec, model_dir)
+        frontend["lora_modules"] = lora_modules(self.spec, adapters)  # loaded by init_app_state
         args = Namespace(**(frontend | vars(engine_args)))
         state = State()
         tasks = await self._client.get_supported_tasks()

@@ -43,15 +43,15 @@ def engine_request(
     headers: Mapping[str, str],
     priority: int | None,
     cache_salt: str | None,
+    adapter: str | None = None,
 ) -> EngineRequest:
     """A new EngineRequest whose body is `parsed` with the decisions set (pure: `parsed`
     is not changed). None leaves a field as parsed: `priority` None when the model's
     engine does not schedule by priority (admission/priority.py), `cache_salt` None keeps the
-    client's (the ingress always salts: api/cache_salt.py)."""
-    update = {
-        name: value
-        for name, value in (("priority", priority), ("cache_salt", cache_salt))
-        if value is not None
-    }
+    client's (the ingress always salts: api/cache_salt.py). `adapter`: the LoRA adapter
+    the request named, as the body's `model` (vLLM's serving layer selects it by that
+    name: engine/vllm_lora.py); None keeps the base model's."""
+    decisions = (("priority", priority), ("cache_salt", cache_salt), ("model", adapter))
+    update = {name: value for name, value in decisions if value is not None}
     body = parsed.model_copy(update=update) if update else parsed
     return EngineRequest(request_id, kind, body, dict(headers))

@@ -161,6 +161,16 @@ class _Ingress:
             ModelCard(id=name, owned_by="agentserve", max_model_len=self.max_model_len.get(name))
             for name in self.backends
         ]
+        cards += [  # LoRA adapters, as vLLM lists them: the base model their parent
+            ModelCard(
+                id=adapter,
+                owned_by="agentserve",
+                parent=parent,
+                max_model_len=self.max_model_len.get(parent),
+            )
+            for adapter, parent in self.admit_stage.names.parents.items()
+            if parent in self.backends
+        ]
         return ModelList(data=cards).model_dump(mode="json", exclude_none=True)
 
     def model(self, request: Request, model_id: str) -> dict:
@@ -168,7 +178,7 @@ class _Ingress:
         for card in self.models(request)["data"]:
             if card["id"] == model_id:
                 return card
-        raise ModelNotFoundError(model_id, list(self.backends))
+        raise ModelNotFoundError(model_id, self.admit_stage.names.served())
 
     async def health(self, request: Request) -> JSONResponse:
         """{"status", "models": {name: state}}, cached (serve/health.py: 1 s, one in flight).

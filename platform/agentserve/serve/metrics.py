@@ -157,6 +157,18 @@ class ServingMetrics:
         self.output_tokens = Counter(
             "agentserve_output_tokens", "Generated tokens.", _TENANT, registry=r
         )
+        self.adapter_requests = Counter(
+            "agentserve_adapter_requests",
+            "Finished requests that named a LoRA adapter, by adapter and HTTP status.",
+            [*_TENANT, "adapter", "status"],
+            registry=r,
+        )
+        self.adapter_tokens = Counter(
+            "agentserve_adapter_tokens",
+            "Prompt and generated tokens (kind) of requests that named a LoRA adapter.",
+            [*_TENANT, "adapter", "kind"],
+            registry=r,
+        )
         self.in_flight = Gauge(
             "agentserve_requests_in_flight",
             "Requests accepted and not finished.",
@@ -277,9 +289,16 @@ class ServingMetrics:
         prompt_tokens: int,
         output_tokens: int,
         status: int,
+        adapter: str | None = None,
     ) -> None:
-        """Record one finished request. `decode_s` = last token time - first token time."""
+        """Record one finished request. `decode_s` = last token time - first token time;
+        `adapter`: the LoRA adapter it named, counted also by adapter (the other series
+        count it under its base model)."""
         self.requests.labels(model, tenant, str(status)).inc()
+        if adapter is not None:
+            self.adapter_requests.labels(model, tenant, adapter, str(status)).inc()
+            self.adapter_tokens.labels(model, tenant, adapter, "prompt").inc(prompt_tokens)
+            self.adapter_tokens.labels(model, tenant, adapter, "output").inc(output_tokens)
         ttft_slo, tpot_slo = self.slas.get(tenant, (None, None))
         if ttft_s is not None:
             self.ttft.labels(model, tenant).observe(ttft_s)

@@ -46,12 +46,14 @@ class Reply:
         held: Held,
         see: Callable[[Delta], None],
     ):
+        adapter = held.call.adapter if held.call is not None else None
+        model = adapter or body.model  # as vLLM answers: the adapter's name
         if responses is not None:
-            builder = ResponsesBuilder(request_id, body.model, responses.echo)
+            builder = ResponsesBuilder(request_id, model, responses.echo)
             self.frames: ChatFrames | ResponsesBuilder = builder
         else:
             builder = ResponseBuilder(
-                kind, request_id, body.model, _include_usage(body), choice_count(kind, body)
+                kind, request_id, model, _include_usage(body), choice_count(kind, body)
             )
             self.frames = ChatFrames(builder)
         self.builder: ResponseBuilder | ResponsesBuilder = builder

@@ -109,6 +109,7 @@ def end_ingress(
     status: int,
     *,
     model: str | None = None,
+    adapter: str | None = None,
     tenant: str | None = None,
     request_id: str | None = None,
     ttft_s: float | None = None,
@@ -118,11 +119,15 @@ def end_ingress(
 ) -> None:
     """Record the outcome on the ingress span and end it. An error status for >= 500 only:
     on a SERVER span a 4xx is the client's (OTel's HTTP conventions leave it unset), so
-    401s, 429s and clients going away (499) do not raise the service's error rate."""
+    401s, 429s and clients going away (499) do not raise the service's error rate.
+    `adapter`: the LoRA adapter the request named, its gen_ai.request.model (as vLLM
+    names the model it served), with `model` as agentserve.model."""
     if span.is_recording():
         attributes = {
             "http.response.status_code": status,
-            t.REQUEST_MODEL: model,
+            t.REQUEST_MODEL: adapter or model,
+            t.ADAPTER: adapter,
+            t.MODEL: model if adapter else None,
             t.TENANT: tenant,
             t.REQUEST_ID: request_id,
             t.TTFT_S: ttft_s,

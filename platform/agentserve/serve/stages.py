@@ -45,6 +45,7 @@ from agentserve.engine.protocol import (
     aclose_stream,
 )
 from agentserve.serve import spans
+from agentserve.serve.adapter_names import ModelNames
 from agentserve.serve.affinity import AFFINITY_HEADER, affinity_key, affinity_prefix_chars
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.engine_request import engine_headers, engine_request
@@ -120,6 +121,7 @@ class Admit:
         self.max_model_len = {m.name: m.max_model_len for m in spec.models}
         self.embedders = frozenset(m.name for m in spec.models if m.task == "embed")
         self.parser = RequestParser(self.max_model_len)
+        self.names = ModelNames(spec.models)  # adapters: serve/adapter_names.py
         self.shares = QueueShares(models, spec.server.max_queue_len)
         self.quota = quota or LocalQuota(clock)
         self.metrics, self.clock = metrics, clock
@@ -134,11 +136,17 @@ class Admit:
     ) -> Any:
         """The validated request; its admission is on `held` as soon as it is taken, so a
         body admitted before its check and then refused is given back by the close."""
-        translate = responses.translate if responses is not None else None
+        adapter: list[str | None] = [None]  # what `translate` read from the model
+
+        def translate(data: Any) -> Any:
+            data = responses.translate(data) if responses is not None else data
+            data, adapter[0] = self.names.rewrite(data)  # model:adapter -> model (404)
+            return data
 
         async def admit(model: str, tenant: Tenant, reserve: int, count: int) -> AdmittedCall:
             generate_only(model, self.embedders)  # 400 for an embedding model
             held.call = await self.admit(model, tenant, reserve, count)
+            held.call.adapter = adapter[0]
             return held.call
 
         return await parse_and_admit(self.parser, admit, kind, raw, translate, tenant)
@@ -205,8 +213,8 @@ class Dispatch:
         call, model = held.call, body.model
         budget = self.poison.check(tenant.name, kind, body)  # death budget, or 400
         cap = buffer_cap(kind, body, self.admit.max_model_len.get(model))  # None: a stream
-        engine_request = self._engine_request(kind, body, request, tenant, held.span)
-        spans.name_request(held.span, engine_request.request_id, model, body)
+        engine_request = self._engine_request(kind, body, request, tenant, held)
+        spans.name_request(held.span, engine_request.request_id, call.adapter or model, body)
         ready = await self.backends[model].ready_replicas()
         await self.dispatcher.send(model, tenant, call.count, ready)  # earliest deadline first
         call.sent = call.count
@@ -216,18 +224,20 @@ class Dispatch:
         return engine_request.request_id, first
 
     def _engine_request(
-        self, kind: RequestKind, body: Any, request: Request, tenant: Tenant, span: Span
+        self, kind: RequestKind, body: Any, request: Request, tenant: Tenant, held: Held
     ) -> EngineRequest:
         """`body` (left as parsed) with this ingress's decisions (serve/engine_request.py)."""
-        headers = engine_headers(span, request.headers, tenant.name)
+        headers = engine_headers(held.span, request.headers, tenant.name)
+        adapter = held.call.adapter if held.call is not None else None
         if (chars := self.affinity.get(body.model)) is not None:  # serve/affinity.py
-            key = affinity_key(tenant.name, body.model, request.headers, kind, body, chars)
+            served = f"{body.model}:{adapter}" if adapter else body.model  # one home each
+            key = affinity_key(tenant.name, served, request.headers, kind, body, chars)
             headers.update({AFFINITY_HEADER: key} if key else {})
         priority = self.dispatcher.priority(body.model, tenant)  # admission/priority.py
         salt = self.salter.salt(tenant.name, body.cache_salt)  # no shared prefixes
         return engine_request(
             kind, body, request_id=uuid.uuid4().hex, headers=headers, priority=priority,
-            cache_salt=salt,
+            cache_salt=salt, adapter=adapter,
         )  # fmt: skip
 
     def _open(
@@ -307,11 +317,13 @@ class Close:
             prompt_tokens=call.prompt_tokens,
             output_tokens=call.completion_tokens,
             status=status,
+            adapter=call.adapter,
         )
         spans.end_ingress(
             held.span,
             status,
             model=call.model,
+            adapter=call.adapter,
             tenant=call.tenant,
             ttft_s=call.ttft(call.start),
             prompt_tokens=call.prompt_tokens,

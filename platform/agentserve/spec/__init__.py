@@ -6,6 +6,7 @@ One module per part of the spec; import from here (`from agentserve.spec import 
   drafter.py      DrafterSpec: speculative decoding, the drafted-tokens-by-batch schedule
   replicas.py     ReplicaSpec, TolerationSpec: replica bounds, resources, placement
   models.py       ModelSpec: weights, engine settings; SPEC_OWNED_ENGINE_ARGS
+  lora.py         LoraSpec: LoRA adapters served beside a model's base weights
   routing.py      RoutingSpec: session and prefix affinity over a model's replicas
   aliases.py      vLLM's / Ray Serve LLM's field names (engine_kwargs, ...) -> ModelSpec's
   tenants.py      TenantSpec, SLASpec, RateLimitSpec; hash_api_key
@@ -35,6 +36,7 @@ from agentserve.spec.drafter import DRAFTERLESS_METHODS as DRAFTERLESS_METHODS
 from agentserve.spec.drafter import DrafterSpec as DrafterSpec
 from agentserve.spec.drafter import check_speculation_schedule as check_speculation_schedule
 from agentserve.spec.latency import LatencyModelSpec as LatencyModelSpec
+from agentserve.spec.lora import LoraSpec as LoraSpec
 from agentserve.spec.models import SPEC_OWNED_ENGINE_ARGS as SPEC_OWNED_ENGINE_ARGS
 from agentserve.spec.models import ModelSpec as ModelSpec
 from agentserve.spec.replicas import ReplicaSpec as ReplicaSpec

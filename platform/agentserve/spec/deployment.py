@@ -86,6 +86,7 @@ class DeploymentSpec(_Spec):
         problems = [
             *_duplicates("models", [m.name for m in self.models], "model name"),
             *_duplicates("tenants", [t.name for t in self.tenants], "tenant name"),
+            *_adapter_clashes(self.models),
             *_duplicates("tenants", [t.api_key_sha256 for t in self.tenants], "api_key_sha256"),
         ]
         tenants_apart = bool((info.context or {}).get(TENANTS_APART))  # tenant_config.py
@@ -115,6 +116,21 @@ def _duplicates(path: str, values: list[str], what: str) -> list[str]:
             problems.append(f"{path}[{i}]: duplicate {what} (same as {path}[{seen[value]}])")
         else:
             seen[value] = i
+    return problems
+
+
+def _adapter_clashes(models: list[ModelSpec]) -> list[str]:
+    """Adapter names that another adapter or a model already serves as: a request's
+    `model` must name exactly one (serve/adapter_names.py)."""
+    owners = {m.name: f"models[{i}].name" for i, m in enumerate(models)}
+    problems = []
+    for i, model in enumerate(models):
+        for name in model.lora.adapters if model.lora else ():
+            path = f"models[{i}].lora.adapters.{name}"
+            if name in owners:
+                problems.append(f"{path}: the name is taken (by {owners[name]})")
+            else:
+                owners[name] = path
     return problems
 
 

@@ -20,6 +20,7 @@ from agentserve.spec.aliases import canonical_model_fields
 from agentserve.spec.base import _revision_field, _Spec
 from agentserve.spec.drafter import DFLASH_METHODS, DrafterSpec
 from agentserve.spec.latency import LatencyModelSpec
+from agentserve.spec.lora import LoraSpec
 from agentserve.spec.replicas import ReplicaSpec
 from agentserve.spec.routing import RoutingSpec
 
@@ -47,6 +48,9 @@ SPEC_OWNED_ENGINE_ARGS = {
     "tokenizer_revision": "revision",
     "download_dir": "(the Hugging Face cache: HF_HOME / AGENTSERVE_HF_HOME)",
     "stream_interval": "stream_interval_tokens",
+    "enable_lora": "lora",
+    "max_loras": "lora.max_loras",
+    "max_lora_rank": "lora.max_lora_rank",
 }
 """vLLM engine arguments that a ModelSpec field decides: `engine_args` may not set them."""
 
@@ -116,6 +120,11 @@ class ModelSpec(_Spec):
     routing: RoutingSpec = Field(
         default_factory=RoutingSpec,
         description="How requests are spread over the replicas (session and prefix affinity).",
+    )
+    lora: LoraSpec | None = Field(
+        None,
+        description="LoRA adapters served beside the base weights (vLLM multi-LoRA): a "
+        "request's `model` names one as <name> or <this model's name>:<name>; null = none.",
     )
     latency_model: LatencyModelSpec | None = Field(
         None,
@@ -314,6 +323,8 @@ class ModelSpec(_Spec):
                 "async_scheduling: hybrid drafting needs it off (vLLM cannot schedule "
                 "asynchronously with per-request draft lengths)"
             )
+        if self.lora is not None and self.task == "embed":
+            raise ValueError("lora: an embedding model (task embed) serves no adapters")
         if drafter.enabled and self.task == "embed":
             raise ValueError("drafter.enabled: an embedding model (task embed) never drafts")
         context = self.max_model_len
