@@ -37,7 +37,7 @@ def write_adapter(out: Path, model_dir: Path, seed: int = 0) -> Path:
         "q_proj": (hidden, heads * head_dim),
         "v_proj": (hidden, kv),
         "o_proj": (heads * head_dim, hidden),
-    }  # fmt: skip  (in, out)
+    }  # (in, out) features of each target
     generator = torch.Generator().manual_seed(seed)
     tensors = {}
     for layer in range(config["num_hidden_layers"]):

@@ -65,3 +65,19 @@ def test_the_schema_has_lora_with_descriptions():
     assert set(lora["properties"]) == {"adapters", "max_lora_rank", "max_loras"}
     assert all(p.get("description") for p in lora["properties"].values())
     assert lora.get("additionalProperties") is False
+
+
+def test_the_readme_lora_example_is_a_valid_spec():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```yaml\n(# lora\.yaml.*?)```", readme, flags=re.S)
+    model = spec_from_dict(yaml.safe_load(block)).models[0]
+    assert model.lora.adapters == {
+        "sql": "./adapters/sql-lora",
+        "support": "my-org/qwen3-8b-support-lora",
+    }
+    assert (model.lora.max_lora_rank, model.lora.max_loras) == (16, 2)

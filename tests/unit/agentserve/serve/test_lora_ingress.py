@@ -127,3 +127,20 @@ def test_the_affinity_key_differs_by_adapter(served):
     base, sql, sql_again, poet = keys
     assert sql == sql_again  # one adapter, one home
     assert len({base, sql, poet}) == 3
+
+
+def test_an_adapter_request_with_tools_is_admitted_before_its_check_and_still_named(served):
+    """A body with tool schemas takes admission first (admission/admit_first.py): its
+    admission view already names the base model, the engine body the adapter."""
+    client, engine, _ = served
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    r = _chat(client, "m:sql", tools=[tool])
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "sql" and engine.requests[-1].body.model == "sql"
+
+
+def test_responses_name_the_adapter(served):
+    client, engine, _ = served
+    r = client.post("/v1/responses", json={"model": "poet", "input": "hi", "max_output_tokens": 4})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "poet" and engine.requests[-1].body.model == "poet"
