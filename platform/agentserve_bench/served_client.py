@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentserve_bench.heldout_workloads import KINDS, kind_messages, text_half
+
 __all__ = [
     "WORKLOADS",
     "Reply",
@@ -31,21 +33,29 @@ __all__ = [
     "workload_messages",
 ]
 
-WORKLOADS = ("coding", "agent")
+WORKLOADS = ("coding", "agent", *KINDS)
 _SOURCES = {"coding": "heldout-code-", "agent": "heldout-agent-"}
 
 
-def workload_messages(workload: str, n: int, seed: int = 10_000) -> list[list[dict[str, Any]]]:
-    """`n` chat conversations of one workload (held-out packages only)."""
+def workload_messages(
+    workload: str, n: int, seed: int = 10_000, half: str | None = None
+) -> list[list[dict[str, Any]]]:
+    """`n` chat conversations of one workload (held-out packages only), from one half
+    (heldout_workloads.half_of: "tune" or "report"; None: both)."""
     from dflash.train.code_prompts import heldout_context_prompts  # reads package sources
 
+    if workload in KINDS:
+        return kind_messages(workload, n, half, seed=seed)
     if workload not in _SOURCES:
         raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
     prefix = _SOURCES[workload]
-    picked = [p for p in heldout_context_prompts(4 * n, seed=seed) if p.source.startswith(prefix)]
+    chats = [
+        p.chat() for p in heldout_context_prompts(8 * n, seed=seed) if p.source.startswith(prefix)
+    ]
+    picked = [chat for chat in chats if half is None or text_half(chat) == half]
     if len(picked) < n:
         raise ValueError(f"only {len(picked)} held-out {workload} prompts, {n} asked")
-    return [p.chat() for p in picked[:n]]
+    return picked[:n]
 
 
 @dataclass(frozen=True)

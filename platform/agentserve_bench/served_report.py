@@ -38,9 +38,9 @@ def _cpu(r: dict[str, Any]) -> str:
 
 def markdown_table(records: list[dict[str, Any]]) -> str:
     head = (
-        "| CPU | server | settings | dtype | method | k | workload | c | decode tok/s | vs plain "
-        "| throughput vs plain | TTFT p50 ms | tau | greedy = plain | default |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| CPU | server | settings | dtype | method | k | workload | half | c | decode tok/s "
+        "| vs plain | throughput vs plain | TTFT p50 ms | tau | greedy = plain | default |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in records:
@@ -48,7 +48,7 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {_cpu(r)} | {r['server']} | {r.get('settings', DEFAULT_SETTINGS)} | {r['dtype']} "
             f"| {r['method']} "
-            f"| {r['num_speculative_tokens']} | {r['workload']} "
+            f"| {r['num_speculative_tokens']} | {r['workload']} | {r.get('half', '-')} "
             f"| {r['concurrency']} | {_fmt(r['decode_tokens_per_s'], 1)} "
             f"| {_fmt(speedup)}{'x' if speedup else ''} | {_fmt(r.get('throughput_vs_plain'))} "
             f"| {_fmt(r['ttft_ms_p50'], 0)} | {_fmt(r['tau'])} | {r.get('greedy_identical', '-')} "
@@ -57,24 +57,32 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def _figure(r: dict[str, Any]) -> float | None:
+    """What a ratio compares: decode tok/s at concurrency 1 (one stream's speed), aggregate
+    tok/s above it (what the server delivers to many)."""
+    return r["decode_tokens_per_s"] if r["concurrency"] == 1 else r["throughput_tokens_per_s"]
+
+
 def _ratio_line(records: list[dict[str, Any]], title: str, pairs: list[tuple[str, str]]) -> str:
-    """`title` and decode tok/s ratios between rows of one run: for each (numerator,
-    denominator) pair of "server/method" names, per kind of CPU, workload and concurrency,
-    at the settings `agentserve up` applies on that kind of CPU; "" when no pair meets."""
-    decode = {
-        (_cpu(r), f"{r['server']}/{r['method']}", r["workload"], r["concurrency"]): r[
-            "decode_tokens_per_s"
-        ]
+    """`title` and ratios between rows of one run (`_figure`): for each (numerator,
+    denominator) pair of "server/method" names, per kind of CPU, workload, half and
+    concurrency, at the settings `agentserve up` applies on that kind of CPU; "" when no pair
+    meets."""
+    figure = {
+        (_cpu(r), f"{r['server']}/{r['method']}", r["workload"], r.get("half"), r["concurrency"]): (
+            _figure(r)
+        )
         for r in records
         if r.get("settings", DEFAULT_SETTINGS) == machine_default_settings(r)
     }
     parts = []
-    for (cpu, name, workload, c), ours in sorted(decode.items()):
+    for (cpu, name, workload, half, c), ours in sorted(figure.items(), key=str):
         for numerator, denominator in pairs:
-            theirs = decode.get((cpu, denominator, workload, c))
+            theirs = figure.get((cpu, denominator, workload, half, c))
             if name == numerator and ours and theirs:
                 label = numerator.split("/")[1] + " " if len(pairs) > 1 else ""
-                parts.append(f"{cpu} {label}{workload} c={c}: {ours / theirs:.2f}x")
+                where = f"{workload}/{half}" if half else workload
+                parts.append(f"{cpu} {label}{where} c={c}: {ours / theirs:.2f}x")
     return f"{title}: " + ", ".join(parts) if parts else ""
 
 
@@ -82,8 +90,20 @@ def _peer_line(records: list[dict[str, Any]]) -> str:
     """Plain agentserve vs plain vLLM server, per workload and concurrency."""
     return _ratio_line(
         records,
-        "Plain agentserve vs plain vLLM server (decode tok/s)",
+        "Plain agentserve vs plain vLLM server (decode tok/s at c=1, aggregate above)",
         [("agentserve/none", "vllm_serve/none")],
+    )
+
+
+def _spec_peer_line(records: list[dict[str, Any]]) -> str:
+    """Each speculative method through agentserve vs vLLM's server running the same
+    speculative config (the row's `speculative_config`), per cell."""
+    methods = sorted({r["method"] for r in records if r["server"] == "vllm_serve"} - {"none"})
+    return _ratio_line(
+        records,
+        "Speculation: agentserve vs vLLM's server with the same speculative config "
+        "(decode tok/s at c=1, aggregate above)",
+        [(f"agentserve/{m}", f"vllm_serve/{m}") for m in methods],
     )
 
 
@@ -152,6 +172,7 @@ def write_served(
         "and concurrency, in this run.\n\n"
         f"{markdown_table(records)}\n"
         f"{_peer_line(records)}\n\n"
+        f"{_spec_peer_line(records)}\n\n"
         f"{_vs_ngram_line(records)}\n\n"
         "Method scores per kind of CPU, from the rows of the settings `agentserve up` applies "
         "there (geometric mean of speedups; the bar: >= 1.05x at c=1 and >= 0.97x at higher "

@@ -49,11 +49,16 @@ def row(
     settings: str = DEFAULT_SETTINGS,
     drafter: str | None = None,
     schedule: list[list[int]] | None = None,
+    half: str | None = None,
+    speculative_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One served record (speedup and identity are filled by `fill_ratios`); `drafter`: the
     DFlash drafter's digest (agentserve.drafters.drafter_digest) on dflash and hybrid rows;
     `schedule`: the per-batch drafted tokens the server ran with ([[start, end, k]], as
-    `num_speculative_tokens_per_batch_size`; None: k at every batch)."""
+    `num_speculative_tokens_per_batch_size`; None: k at every batch); `half`: the workload
+    half measured (heldout_workloads.half_of: "tune" rows may decide defaults, "report" rows
+    never do); `speculative_config`: the engine's speculative_config as the server got it
+    (so a peer row says what it ran)."""
     drafts = counters.get("drafts", 0.0)
     accepted = counters.get("accepted_tokens", 0.0)
     drafted = counters.get("draft_tokens", 0.0)
@@ -79,6 +84,8 @@ def row(
         "engine_env": engine_env,
         **({"drafter": drafter} if drafter else {}),
         **({"schedule": schedule} if schedule and method != "none" else {}),
+        **({"half": half} if half else {}),
+        **({"speculative_config": speculative_config} if speculative_config else {}),
         "texts": texts,
     }
 
@@ -157,6 +164,7 @@ def _cell(r: dict[str, Any]) -> tuple:
         r.get("settings", DEFAULT_SETTINGS),
         r["workload"],
         r["concurrency"],
+        r.get("half"),
     )
 
 
@@ -167,8 +175,12 @@ def machine_default_settings(r: dict[str, Any]) -> str:
 
 def _deciding(r: dict[str, Any]) -> bool:
     """A record the default is decided from: agentserve, served, the default settings of
-    its kind of CPU (rows without a label predate the labels: DEFAULT_SETTINGS)."""
+    its kind of CPU (rows without a label predate the labels: DEFAULT_SETTINGS), never a
+    row of the reporting half (rows without a half predate the split and still decide until
+    the tuning half is measured on their kind of CPU)."""
     served = r.get("path") == "served" and r.get("server") == "agentserve"
+    if r.get("half") == "report":
+        return False
     return served and r.get("settings", DEFAULT_SETTINGS) == machine_default_settings(r)
 
 

@@ -34,9 +34,11 @@ from agentserve.engine.cpu_settings import (
     default_settings,
     engine_environment,
 )
+from agentserve.engine.vllm_args import speculative_config
 from agentserve.spec import DeploymentSpec
 
 from agentserve_bench.arg_types import ints
+from agentserve_bench.heldout_workloads import HALVES
 from agentserve_bench.served_client import (
     WORKLOADS,
     level_figures,
@@ -50,6 +52,15 @@ from agentserve_bench.served_rows import by_machine, fill_ratios, row, served_de
 __all__ = ["add_parser", "bench_spec", "parse_methods", "run", "run_order"]
 
 SERVERS = ("agentserve", "vllm_serve")
+
+
+def halves(text: str) -> list[str]:
+    """--halves: a comma list of heldout_workloads.HALVES."""
+    out = [h for h in text.split(",") if h]
+    unknown = [h for h in out if h not in HALVES]
+    if unknown or not out:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(HALVES)}, not {text!r}")
+    return out
 
 
 def parse_methods(text: str) -> list[tuple[str, int]]:
@@ -173,7 +184,7 @@ def _measure(
         print(f"  {server} {method}:{k} ({settings}) ready in {took:.0f} s", flush=True)
         warm = next(iter(conversations.values()))[:1]
         asyncio.run(run_workload(base, model.name, warm, 1, args.max_tokens))
-        for workload, convs in conversations.items():
+        for (workload, half), convs in conversations.items():
             for c in args.concurrency:
                 before = read_spec_counters(metrics_url)
                 replies, wall = asyncio.run(
@@ -188,10 +199,12 @@ def _measure(
                     figures=figures, counters=counters, machine=machine, dtype=model.dtype,
                     engine_env=env, texts=[r.text for r in replies], settings=settings,
                     drafter=drafter, schedule=model.drafter.num_speculative_tokens_per_batch_size,
+                    half=half, speculative_config=speculative_config(model),
                 ))  # fmt: skip
                 tau = records[-1]["tau"]
                 print(
-                    f"    {workload:6s} c={c}: {figures['decode_tokens_per_s']} tok/s decode, "
+                    f"    {workload:7s} {half:6s} c={c}: {figures['decode_tokens_per_s']} tok/s "
+                    f"decode, {figures['throughput_tokens_per_s']} tok/s aggregate, "
                     f"TTFT p50 {figures['ttft_ms_p50']} ms, tau {tau}",
                     flush=True,
                 )
@@ -288,7 +301,11 @@ def run(args: argparse.Namespace) -> int:
     machine = read_cpu_info().as_dict()
     started = time.perf_counter()
     print(f"machine: {read_cpu_info().describe()}", flush=True)
-    conversations = {w: workload_messages(w, args.num_prompts) for w in args.workloads}
+    conversations = {
+        (w, half): workload_messages(w, args.num_prompts, half=half)
+        for w in args.workloads
+        for half in args.halves
+    }
     port = args.port
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-served-") as logs:
@@ -358,8 +375,18 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--workloads",
         type=lambda t: [w for w in t.split(",") if w],
-        default=list(WORKLOADS),
-        help="comma list of coding, agent (default: both)",
+        default=["coding", "agent"],
+        help=f"comma list of {', '.join(WORKLOADS)}: write (a function from its "
+        "description: little to copy), edit (a given function changed: mostly copied), explain "
+        "(prose about a given function) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--halves",
+        type=halves,
+        default=list(HALVES),
+        help="comma list of workload halves to send (heldout_workloads.half_of: a fixed hash "
+        "of each function's name); the default method is chosen from 'tune' rows only, the "
+        "docs report both, 'report' marked (default: tune,report)",
     )
     p.add_argument("--concurrency", type=ints, default=[1, 4], help="comma list (default: 1,4)")
     p.add_argument(

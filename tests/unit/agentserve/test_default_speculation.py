@@ -2,7 +2,9 @@
 figures (`agentserve bench speculative-served`, the "path": "served" rows of
 docs/benchmarks/speculative.json), per kind of machine: a new run that changes the winner
 fails here until agentserve.drafters.DEFAULT_SPECULATION follows it, and a kind of machine
-without served figures gets plain decoding."""
+without served figures gets plain decoding. Only rows of the workloads' tuning half decide
+(and rows measured before the split, which carry no half): served_rows._deciding never
+reads a "report" row, which is what docs/benchmarks.md reports."""
 
 from __future__ import annotations
 

@@ -207,7 +207,10 @@ def test_the_report_compares_plain_with_vllm_and_drafters_with_ngram(tmp_path):
     default, scores = served_default(records)
     write_served(records, scores, default, tmp_path, command="x", wall_s=1.0, machine=MACHINE)
     doc = (tmp_path / "benchmarks.md").read_text()
-    assert "Plain agentserve vs plain vLLM server (decode tok/s): avx2 agent c=1: 0.80x" in doc
+    assert (
+        "Plain agentserve vs plain vLLM server (decode tok/s at c=1, aggregate above): "
+        "avx2 agent c=1: 0.80x" in doc
+    )
     line = next(x for x in doc.splitlines() if x.startswith("DFlash and hybrid vs n-gram"))
     assert "avx2 hybrid coding c=1: 1.10x" in line and "avx2 dflash agent c=4: 0.50x" in line
     assert line.count("x,") == 7  # 2 methods x 2 workloads x 2 concurrencies
@@ -346,7 +349,7 @@ def test_a_variant_run_keeping_other_rows_leaves_the_default_to_all_of_them(tmp_
 
     monkeypatch.setattr(speculative_served, "_measure", measure)
     # the held-out conversations take ~20 s per workload to build; measure reads none
-    monkeypatch.setattr(speculative_served, "workload_messages", lambda workload, n: [])
+    monkeypatch.setattr(speculative_served, "workload_messages", lambda workload, n, half=None: [])
     parser = argparse.ArgumentParser()
     speculative_served.add_parser(parser.add_subparsers())
     args = parser.parse_args(["speculative-served", "--methods", "ngram:8", "--schedule", "off",
@@ -359,3 +362,16 @@ def test_a_variant_run_keeping_other_rows_leaves_the_default_to_all_of_them(tmp_
     assert sum(1 for r in saved if r.get("default")) == 4  # the kept ngram rows still
     doc = (tmp_path / "benchmarks.md").read_text()
     assert f"- `{machine['cpu_class']}`: ngram:4 2.00x. **Default: ngram.**" in doc
+
+
+def test_the_report_compares_each_method_with_vllm_running_the_same_config(tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    rows = _grid({"ngram": _all(2.0)})
+    peer = [_row("ngram", w, c, 32.0, server="vllm_serve") for w in ("coding", "agent")
+            for c in (1, 4)]  # fmt: skip
+    records = fill_ratios(rows + peer, "ngram")
+    default, scores = served_default(records)
+    write_served(records, scores, default, tmp_path, command="x", wall_s=1.0, machine=MACHINE)
+    doc = (tmp_path / "benchmarks.md").read_text()
+    line = next(x for x in doc.splitlines() if x.startswith("Speculation: agentserve vs vLLM"))
+    assert "avx2 agent c=1: 1.25x" in line and line.count("x,") == 3
