@@ -16,7 +16,7 @@ from typing import Any
 
 from agentserve.api.body import decode_json
 from agentserve.api.errors import InvalidRequestError
-from agentserve.api.limits import check_list_limits, check_structured_limits
+from agentserve.api.limits import check_list_limits, check_schema_bytes, check_structured_limits
 
 __all__ = ["decode_checked", "decoded_or_raise"]
 
@@ -28,12 +28,13 @@ Checked = tuple[str, Any]
 def decode_checked(raw: bytes, check_limits: bool) -> Checked:
     """The decoded body, or the 400 it gets: not JSON, or (`check_limits`, for a body the
     engines read as it is: chat and completions, not a Responses body still to translate)
-    a list or constraint past api/limits.py's limits."""
+    a list or constraint past api/limits.py's limits, or schemas past MAX_SCHEMA_BYTES."""
     try:
         data = decode_json(raw)
         if check_limits and isinstance(data, dict):
             check_list_limits(data)
             check_structured_limits(data)
+            check_schema_bytes(data)  # sized here, not by json.dumps in the ingress
     except InvalidRequestError as err:
         return "error", (err.message, err.param, err.code)
     return "ok", data

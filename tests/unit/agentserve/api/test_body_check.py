@@ -97,3 +97,24 @@ def test_ready_answers_at_once_where_no_child_is_used(monkeypatch):
     start = time.monotonic()
     assert SchemaProcess().ready(30) is False
     assert time.monotonic() - start < 1
+
+
+def test_schemas_past_their_size_are_refused_where_the_body_is_decoded():
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(20_000)}}
+    status, (_, param, code) = decode_checked(_raw(structured_outputs={"json": big}), True)
+    assert (status, param, code) == ("error", "structured_outputs.json", "schemas_too_large")
+    tool = {"type": "function", "function": {"name": "f", "parameters": big}}
+    status, (_, param, code) = decode_checked(_raw(tools=[tool]), True)
+    assert (status, param, code) == ("error", "tools[0].function.parameters", "schemas_too_large")
+    small = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert decode_checked(_raw(structured_outputs={"json": small}), True)[0] == "ok"
+
+
+def test_a_schema_given_as_long_json_text_is_refused_before_it_is_decoded():
+    text = json.dumps({"enum": ["v"] * 100_000})
+    status, (_, param, code) = decode_checked(_raw(structured_outputs={"json": text}), True)
+    assert (status, param, code) == (
+        "error",
+        "structured_outputs.json",
+        "structured_output_too_large",
+    )
