@@ -157,16 +157,20 @@ def run_interleaved(
     return quiet, attacked, json.loads(out.strip().splitlines()[-1])
 
 
-def hostile_outcome(quiet: Victim, attacked: Victim, hostile: dict) -> Outcome:
-    """Lost: a good stream without its complete 200, a hostile request without its 400."""
+def hostile_outcome(
+    quiet: Victim, attacked: Victim, hostile: dict, expected: dict[str, str] | None = None
+) -> Outcome:
+    """Lost: a good stream without its complete 200, a hostile request without the status
+    `expected` names for its body (400 by default)."""
+    want = expected or {}
     hostile_sent = sum(n for by in hostile.values() for n in by.values())
-    hostile_400 = sum(by.get("400", 0) for by in hostile.values())
+    hostile_due = sum(by.get(want.get(name, "400"), 0) for name, by in hostile.items())
     hostile_5xx = sum(
         n for by in hostile.values() for status, n in by.items() if status.startswith("5")
     )
     return Outcome(
         requests=quiet.sent + attacked.sent + hostile_sent,
-        lost=quiet.lost + attacked.lost + (hostile_sent - hostile_400),
+        lost=quiet.lost + attacked.lost + (hostile_sent - hostile_due),
         errors_5xx=quiet.errors_5xx + attacked.errors_5xx + hostile_5xx,
         restarts=0,
         details=tpot_details(quiet, attacked, TPOT_RATIO_MAX) | {"hostile_statuses": hostile},
