@@ -86,15 +86,8 @@ def spawn_attacker(module: str, *args: str) -> subprocess.Popen[str]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [sys.executable, "-m", module, *args]
-    return subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: os.nice(ATTACKER_NICE),  # noqa: PLW1509 (no threads yet here)
-    )
+    command = ["nice", "-n", str(ATTACKER_NICE), sys.executable, "-m", module, *args]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
 
 
 class Victim:
