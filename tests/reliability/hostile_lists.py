@@ -129,11 +129,19 @@ def attack(url: str, folder: str) -> dict[str, dict[str, int]]:
 
 
 def run_interleaved(
-    spec: DeploymentSpec, attacker_module: str, rounds: int, per_round: int
+    spec: DeploymentSpec,
+    attacker_module: str,
+    rounds: int,
+    per_round: int,
+    settle_s: float = 0.5,
+    keepalive: bool = True,
+    **uvicorn: Any,
 ) -> tuple[Victim, Victim, dict[str, Any]]:
-    """The ingress of `spec` on a FakeEngine under uvicorn; the good tenant streams
-    `rounds` x `per_round` times quiet and as often while `attacker_module`'s process
-    attacks (interleave.py); (quiet, attacked, what the attacker reports)."""
+    """The ingress of `spec` on a FakeEngine under uvicorn (`uvicorn`: Config options);
+    the good tenant streams `rounds` x `per_round` times quiet and as often while
+    `attacker_module`'s process attacks (interleave.py; `settle_s` after it starts), on
+    one kept-alive connection or (`keepalive` False) a new one per stream; (quiet,
+    attacked, what the attacker reports)."""
     import httpx
     from agentserve.serve.ingress import create_app  # imports vLLM: lazily
 
@@ -141,15 +149,16 @@ def run_interleaved(
     asyncio.run(engine.start())
     app = create_app(spec, {MODEL: LocalBackend(engine)})
     shared_schema_process().ready()  # large bodies are decoded in its child: up first
-    with serve_in_thread(app) as base, tempfile.TemporaryDirectory() as tmp:
+    with serve_in_thread(app, **uvicorn) as base, tempfile.TemporaryDirectory() as tmp:
         url, switch = f"{base}/v1/chat/completions", Switch(tmp)
         attacker = spawn_attacker(attacker_module, url, tmp)
         try:
-            with httpx.Client(timeout=60, trust_env=False) as client:
+            limits = httpx.Limits(max_keepalive_connections=None if keepalive else 0)
+            with httpx.Client(timeout=60, trust_env=False, limits=limits) as client:
                 stream_tpot(client, url)  # warm-up (lazy imports, first connection)
                 switch.off()  # the attacker's process is up
                 quiet, attacked = interleaved(
-                    lambda: stream_tpot(client, url), switch, rounds, per_round
+                    lambda: stream_tpot(client, url), switch, rounds, per_round, settle_s
                 )
         finally:
             switch.finish()
