@@ -135,19 +135,23 @@ def run_interleaved(
     per_round: int,
     settle_s: float = 0.5,
     keepalive: bool = True,
+    backend: Any = None,
     **uvicorn: Any,
 ) -> tuple[Victim, Victim, dict[str, Any]]:
     """The ingress of `spec` on a FakeEngine under uvicorn (`uvicorn`: Config options);
     the good tenant streams `rounds` x `per_round` times quiet and as often while
     `attacker_module`'s process attacks (interleave.py; `settle_s` after it starts), on
     one kept-alive connection or (`keepalive` False) a new one per stream; (quiet,
-    attacked, what the attacker reports)."""
+    attacked, what the attacker reports). `backend`: the model's ModelBackend instead
+    of one FakeEngine (its `start()` is awaited)."""
     import httpx
     from agentserve.serve.ingress import create_app  # imports vLLM: lazily
 
-    engine = FakeEngine(MODEL, 4096, token_delay_s=0.01, max_num_seqs=8, accept_per_step=1)
-    asyncio.run(engine.start())
-    app = create_app(spec, {MODEL: LocalBackend(engine)})
+    if backend is None:
+        engine = FakeEngine(MODEL, 4096, token_delay_s=0.01, max_num_seqs=8, accept_per_step=1)
+        backend = LocalBackend(engine)
+    asyncio.run((backend.engine if isinstance(backend, LocalBackend) else backend).start())
+    app = create_app(spec, {MODEL: backend})
     shared_schema_process().ready()  # large bodies are decoded in its child: up first
     with serve_in_thread(app, **uvicorn) as base, tempfile.TemporaryDirectory() as tmp:
         url, switch = f"{base}/v1/chat/completions", Switch(tmp)
