@@ -7,8 +7,9 @@
 Run from the repository root (`tests` is imported from there). Prints one line per
 scenario, merges the records into docs/benchmarks/reliability.json and regenerates the
 table in docs/reliability.md. docs/ is the repository's (found from this file, whatever
-the working directory) unless --docs names another. Exit 1 when a scenario lost a request
-or answered 5xx. The fuzz scenario needs hypothesis (a dev dependency: install.sh --dev).
+the working directory) unless --docs names another. Exit 1 when a scenario lost a request,
+answered 5xx or failed one of its CHECKS (a victim's TPOT past 1.2x, replica deaths past
+their bound). The fuzz scenario needs hypothesis (a dev dependency: install.sh --dev).
 """
 
 from __future__ import annotations
@@ -31,18 +32,24 @@ from tests.reliability import (
     hostile_lists,
     keeper_faults,
     memory_amplification,
+    poison_accounting,
+    slow_bodies,
+    structured_outputs,
     tenants,
     tool_schemas,
     vllm_faults,
 )
 from tests.reliability.scenario import Outcome, scenarios_in
 
-__all__ = ["DOCS", "all_scenarios", "main", "markdown_table", "run_scenarios"]
+__all__ = ["DOCS", "all_scenarios", "failed", "main", "markdown_table", "run_scenarios"]
 
 MODULES = (
     faults,
     hostile_input,
     hostile_lists,
+    structured_outputs,
+    slow_bodies,
+    poison_accounting,
     fuzz,
     tenants,
     keeper_faults,
@@ -52,6 +59,8 @@ MODULES = (
 )
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 COMMAND = "python -m tests.reliability.run"
+# details a scenario may set; False fails the run like a lost request
+CHECKS = ("tpot_within_1_2x", "deaths_within_bound")
 
 
 def all_scenarios() -> dict[str, Callable[..., Outcome]]:
@@ -131,8 +140,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = run_scenarios(args.only)
     out = write_docs(records, args.docs)
     print(f"wrote {out} and the table in {args.docs / 'reliability.md'}")
-    clean = all(r["lost"] == 0 and r["errors_5xx"] == 0 for r in records.values())
-    return 0 if clean else 1
+    failures = {name: why for name, r in records.items() if (why := failed(r))}
+    for name, why in failures.items():
+        print(f"[reliability] {name} FAILED: {', '.join(why)}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def failed(record: dict[str, Any]) -> list[str]:
+    """Why a record fails: lost requests, 5xx, or a CHECKS detail that is False."""
+    why = [f"{key}={record[key]}" for key in ("lost", "errors_5xx") if record[key]]
+    details = record.get("details") or {}
+    return why + [f"{key} is False" for key in CHECKS if details.get(key) is False]
 
 
 if __name__ == "__main__":

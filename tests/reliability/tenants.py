@@ -53,11 +53,14 @@ def isolation_spec(limit_a: bool = True) -> Any:
 
 
 @contextmanager
-def serve_in_thread(app: Any, lifespan: str = "off") -> Iterator[str]:
-    """Serve `app` with uvicorn on 127.0.0.1 (a free port) in a thread; yields the URL."""
+def serve_in_thread(app: Any, lifespan: str = "off", **options: Any) -> Iterator[str]:
+    """Serve `app` with uvicorn on 127.0.0.1 (a free port) in a thread; yields the URL.
+    `options`: more uvicorn.Config arguments (limit_concurrency, ...)."""
     import uvicorn
 
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan, **options
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

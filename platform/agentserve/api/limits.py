@@ -18,13 +18,18 @@ with a 400 naming the field and the limit, before anything is queued:
                          regex, whitespace_pattern: at most MAX_REGEX_CHARS; choice: at
                          most MAX_CHOICE_OPTIONS options of at most MAX_STOP_CHARS each;
                          json: a JSON Schema, checked and counted with the tool and
-                         response_format schemas (api/validate.py check_schemas)
+                         response_format schemas (api/validate.py check_schemas); as
+                         JSON text at most MAX_SCHEMA_BYTES characters (refused before
+                         it is decoded)
   response_format        structural_tag: at most MAX_GRAMMAR_CHARS as compact JSON; its
                          structures' schemas are checked like the others
 
 Requests with any structured-output constraint are validated on the worker threads, on
 their tenant's turns (serve/parsing.py, serve/fair_gate.py), like requests with schemas.
 Every check here is O(limit) on the decoded body: cheap enough for the event loop.
+`check_schema_bytes` (the schemas' total size as compact JSON, O(schemas)) is what the
+child process that decodes large bodies runs (api/body_check.py), so a body of 3 MiB of
+schema never comes back into the ingress's process to be sized there.
 """
 
 from __future__ import annotations
@@ -40,12 +45,16 @@ __all__ = [
     "MAX_GRAMMAR_CHARS",
     "MAX_LOGIT_BIAS",
     "MAX_REGEX_CHARS",
+    "MAX_SCHEMA_BYTES",
     "MAX_STOP",
     "MAX_STOP_CHARS",
     "MAX_TOKEN_IDS",
+    "all_schemas",
     "check_list_limits",
+    "check_schema_bytes",
     "check_structured_limits",
     "has_structured_outputs",
+    "schemas_too_large",
     "structured_schemas",
 ]
 
@@ -57,6 +66,7 @@ MAX_LOGIT_BIAS = 300  # logit_bias entries (OpenAI's limit)
 MAX_GRAMMAR_CHARS = 32 * 1024  # an EBNF grammar or a structural tag
 MAX_REGEX_CHARS = 4096
 MAX_CHOICE_OPTIONS = 256
+MAX_SCHEMA_BYTES = 256 * 1024  # all tool, response_format and structured schemas, compact
 TOKEN_ID_FIELDS = ("stop_token_ids", "allowed_token_ids")
 # structured_outputs constraints; `json` is a schema (structured_schemas), the rest text
 STRUCTURED_TEXTS = (
@@ -131,6 +141,9 @@ def check_structured_limits(data: dict[str, Any]) -> None:
             if isinstance(text, str) and len(text) > most:
                 raise _structured_too_large(f"structured_outputs.{name}", len(text), most)
         _check_strings(params, "choice", MAX_CHOICE_OPTIONS, "options", "structured_outputs.")
+        schema = params.get("json")
+        if isinstance(schema, str) and len(schema) > MAX_SCHEMA_BYTES:
+            raise _structured_too_large("structured_outputs.json", len(schema), MAX_SCHEMA_BYTES)
     response_format = data.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") == "structural_tag":
         size = len(json.dumps(response_format, separators=(",", ":"), default=str))
@@ -175,3 +188,43 @@ def _json_text(text: str, param: str) -> Any:
         raise InvalidRequestError(
             f"'{param}' must be a JSON Schema (an object or its JSON text).", param=param
         ) from None
+
+
+def all_schemas(data: dict[str, Any]) -> list[tuple[Any, str, str]]:
+    """(schema, param, what) of every JSON Schema in a body: tool parameters,
+    response_format json_schema, the structured-output ones (structured_schemas)."""
+    found: list[tuple[Any, str, str]] = []
+    tools = data.get("tools")
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and function.get("parameters") is not None:
+            name = function.get("name")
+            found.append(
+                (function["parameters"], f"tools[{i}].function.parameters", f"tool {name!r}")
+            )
+    response_format = data.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema")
+        if isinstance(spec, dict) and spec.get("schema") is not None:
+            found.append((spec["schema"], "response_format.json_schema.schema", "response_format"))
+    return found + structured_schemas(data)
+
+
+def schemas_too_large(param: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"The request's tool, response_format and structured-output schemas exceed "
+        f"{MAX_SCHEMA_BYTES} bytes (as compact JSON) at '{param}'.",
+        param=param,
+        code="schemas_too_large",
+    )
+
+
+def check_schema_bytes(data: dict[str, Any]) -> None:
+    """400 (schemas_too_large) when the body's schemas (all_schemas) exceed
+    MAX_SCHEMA_BYTES as compact JSON; wrong types pass (check_schemas names them)."""
+    total = 0
+    for schema, param, _ in all_schemas(data):
+        if isinstance(schema, dict):
+            total += len(json.dumps(schema, separators=(",", ":"), default=str))
+            if total > MAX_SCHEMA_BYTES:
+                raise schemas_too_large(param)

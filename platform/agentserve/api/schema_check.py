@@ -8,7 +8,11 @@ own GIL, so a tenant flooding the ingress with new schemas costs the others a co
 share at most, not the loop's latency; the child runs at a lower priority (CHILD_NICE),
 so on a busy CPU the loop goes first. Results are small ((path, message) or None), the
 schema travels as its canonical JSON text. Light imports only: the child imports this
-module alone.
+module alone (and, for `run`, the module of the function it is given).
+
+The same child decodes request bodies over serve/parsing.py's INLINE_BODY_BYTES
+(api/body_check.py): json.loads is C code that holds the GIL for the whole document
+(20-90 ms for 4 MiB of small values), which no thread can interleave with the loop.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import json
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, TypeVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -37,6 +42,7 @@ __all__ = [
 ]
 
 Result = tuple[str, str] | None
+T = TypeVar("T")
 STARTUP_S = 120.0  # a spawned child re-imports the parent's main module: seconds, not ms
 CHILD_NICE = 10  # the child yields the CPU to the ingress's own loop (and its replies)
 
@@ -89,20 +95,36 @@ class SchemaProcess:
     def check(self, schema: dict[str, Any], text: str) -> Result:
         """(path, message) or None; in the calling thread until the child is up (the first
         call starts it: no child for a process that never sees a new schema)."""
+        return self.run(schema_text_error, (text,), lambda: schema_error(schema))
+
+    def run(self, fn: Callable[..., T], args: tuple[Any, ...], local: Callable[[], T]) -> T:
+        """`fn(*args)` in the child (`fn` a module-level function of a light module, its
+        arguments and result picklable), or `local()` in the calling thread until the child
+        is up. The first call starts the child. SchemaTimeoutError past timeout_s."""
         pool = self._pool if self._ready.is_set() else None
         if pool is None:
             if not self.in_process and not self._started:
                 self._start()
-            return schema_error(schema)
+            return local()
         try:
-            future = pool.submit(schema_text_error, text)
+            future = pool.submit(fn, *args)
         except RuntimeError:  # the pool broke or closed under us: answer here
-            return schema_error(schema)
+            return local()
         try:
             return future.result(self.timeout_s)
         except FutureTimeout:
             self._replace(pool)
-            raise SchemaTimeoutError(f"schema check took over {self.timeout_s:g} s") from None
+            raise SchemaTimeoutError(f"child call took over {self.timeout_s:g} s") from None
+
+    def ready(self, timeout_s: float = STARTUP_S) -> bool:
+        """Start the child if needed and wait until it answers (at most `timeout_s`);
+        whether it is up (False at once where no child is used). For callers that must
+        not pay the in-thread fallback later (a measurement, a warm-up)."""
+        if self.in_process:
+            return False
+        if not self._started and not self._ready.is_set():
+            self._start()
+        return self._ready.wait(timeout_s)
 
     def _start(self) -> None:
         """Start a child in the background (a spawned interpreter takes seconds to come up:

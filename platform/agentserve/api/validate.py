@@ -41,7 +41,12 @@ from typing import Any
 from vllm.exceptions import VLLMClientError
 
 from agentserve.api.errors import InvalidRequestError
-from agentserve.api.limits import has_structured_outputs, structured_schemas
+from agentserve.api.limits import (
+    MAX_SCHEMA_BYTES,
+    has_structured_outputs,
+    schemas_too_large,
+    structured_schemas,
+)
 from agentserve.api.prompts import prompts_of
 from agentserve.api.schema_check import SchemaTimeoutError
 from agentserve.api.schema_check import schema_error as _schema_error
@@ -70,7 +75,6 @@ MAX_DEPTH = 64  # JSON nesting levels; tool schemas rarely pass 10
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs and OpenAI's top_logprobs bound
 MAX_CHOICES = 8  # n: each choice is one engine request (serve/fanout.py)
 MAX_TOOLS = 128  # OpenAI's limit on tools per request
-MAX_SCHEMA_BYTES = 256 * 1024  # all tool and response_format schemas, as compact JSON
 MAX_MESSAGES = 4096  # chat messages per request
 MAX_CONTENT_PARTS = 8192  # content parts over all messages
 SCHEMA_CACHE_ENTRIES = 4096
@@ -424,12 +428,7 @@ def _check_all(
         text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
         total += len(text)
         if total > MAX_SCHEMA_BYTES:
-            raise InvalidRequestError(
-                f"The request's tool, response_format and structured-output schemas exceed "
-                f"{MAX_SCHEMA_BYTES} bytes (as compact JSON) at '{param}'.",
-                param=param,
-                code="schemas_too_large",
-            )
+            raise schemas_too_large(param)
         texts.append(text)
     for (schema, param, what), text in zip(found, texts, strict=True):
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

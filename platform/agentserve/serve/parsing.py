@@ -12,6 +12,10 @@ at most PER_TENANT_JOBS jobs on the threads; its further requests wait in its ow
 and past the time limit get 429 (validation_busy): they never hold threads another
 tenant needs (WORKER_THREADS serve 8 tenants at once; more wait for a thread in order).
 Work left when the limit passes stops at the next checkpoint (400 validation_timeout).
+A large body is decoded in the schema child process (api/body_check.py), on its tenant's
+turn: json.loads holds the GIL for the whole document, which a thread cannot interleave
+with the loop; the lists and constraints past api/limits.py are refused there, so a
+hostile 4 MiB body never becomes objects here.
 Meta-validated schemas are cached per tenant (SchemaCache partitions): no tenant evicts
 another's entries or learns from the timing whether another tenant sent a schema. The
 meta-validation itself (jsonschema's check_schema, the bulk of the work) runs in a child
@@ -38,6 +42,7 @@ from typing import Any
 
 from agentserve.api.auth import OPEN_TENANT
 from agentserve.api.body import decode_json
+from agentserve.api.body_check import decode_checked, decoded_or_raise
 from agentserve.api.errors import RateLimitError
 from agentserve.api.openai import parse_request
 from agentserve.api.schema_check import shared_schema_process
@@ -99,7 +104,16 @@ class RequestParser:
         worker's turn. InvalidRequestError (400)."""
         if len(raw) <= INLINE_BODY_BYTES:
             return _decode(raw, translate)
-        return await self._job(tenant, lambda checkpoint: _decode(raw, translate))
+        return await self._job(tenant, lambda checkpoint: self._decode_large(raw, translate))
+
+    def _decode_large(self, raw: bytes, translate: Callable[[Any], Any] | None) -> Any:
+        """On a worker's turn: decoded in the child process (api/body_check.py), lists
+        past their limits refused there (a body to translate is checked after, as usual);
+        in this thread until the child is up."""
+        check = translate is None
+        checked = self.schemas.run(decode_checked, (raw, check), lambda: decode_checked(raw, check))
+        data = decoded_or_raise(checked)
+        return translate(data) if translate is not None else data
 
     def heavy(self, data: Any) -> bool:
         """Whether validating `data` goes to the worker threads (schemas to check); the

@@ -22,9 +22,12 @@ SCENARIOS = {
     "input_explicit_cases",
     "input_fuzz",
     "input_hostile_lists",
+    "input_slow_bodies",
+    "input_structured_outputs",
     "memory_n_logprobs",
     "tenant_isolation",
     "tenant_keeper_faults",
+    "tenant_poison_accounting",
     "tenant_tool_schemas",
 }
 
@@ -78,3 +81,12 @@ def test_the_command_lists_every_scenario_and_refuses_unknown_ones(capsys):
     assert listed == SCENARIOS
     with pytest.raises(SystemExit, match="unknown scenario"):
         run.main(["--only", "no_such_scenario"])
+
+
+def test_a_lost_request_or_a_failed_check_fails_the_record():
+    clean = {"lost": 0, "errors_5xx": 0, "details": {"tpot_within_1_2x": True}}
+    assert run.failed(clean) == []
+    assert run.failed(clean | {"lost": 2}) == ["lost=2"]
+    slow = clean | {"details": {"tpot_within_1_2x": False, "deaths_within_bound": True}}
+    assert run.failed(slow) == ["tpot_within_1_2x is False"]
+    assert run.failed({"lost": 0, "errors_5xx": 1}) == ["errors_5xx=1"]
