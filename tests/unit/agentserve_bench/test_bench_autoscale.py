@@ -31,9 +31,11 @@ def test_bench_autoscale_writes_json_plot_and_docs_section(tmp_path, capsys):
     assert (tmp_path / "benchmarks" / "autoscale.png").stat().st_size > 1000
     doc = (tmp_path / "autoscaling.md").read_text()
     assert "old table" not in doc and "Intro prose stays." in doc and "Closing prose" in doc
-    assert "| **SLA policy** (this) |" in doc and "Ray default, target_ongoing 1" in doc
-    assert "| **SLA policy** (this) |" in capsys.readouterr().out
-    assert "standby (routed: what Ray Serve can do) |" in doc and "interactive in burst" in doc
+    headline = "| **SLA policy** (this; defaults, standby derived from the start) |"
+    assert headline in doc and "Ray default, target_ongoing 1" in doc
+    assert headline in capsys.readouterr().out
+    assert "| SLA policy, no standby (`standby_replicas: 0`) |" in doc
+    assert "standby set by hand (routed) |" in doc and "interactive in burst" in doc
     assert "| SLA policy, priority off (FIFO) | by batch |" in doc and "| shed |" in doc
 
 
