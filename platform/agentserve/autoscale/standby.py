@@ -33,7 +33,8 @@ the cap being the detector's own bound on a step (it plans for at most burst_max
 the recent rate; a larger step is the detector's and the ingress priority's to absorb).
 The fleet runs max(T, ceil((1 + g) x D)): T is decide's target, D the replicas the
 current demand needs (the capacity floor at the look-back rate, without the burst
-projection; T without a latency model). A target already above (1 + g) x D (a burst
+projection; without a latency model the replicas the requests in flight fill, at most T;
+0 when idle, so an idle fleet keeps no standby). A target already above (1 + g) x D (a burst
 floor, an SLA breach) is headroom enough, so a detected burst is not doubled again. The
 headroom fleet rises at once and falls only after staying lower for downscale_delay_s,
 the policy's own scale-down hold, so rate noise causes no churn. With the defaults
@@ -103,10 +104,12 @@ def _hidden(spec: PolicySpec, state: PolicyState) -> int:
 
 def demand_replicas(snap: Snapshot, spec: PolicySpec, target: int) -> int:
     """Replicas the current demand needs: the capacity floor at the look-back arrival rate
-    (no burst projection: a projected rise is growth already planned for); `target`
-    without a latency model."""
+    (no burst projection: a projected rise is growth already planned for); without a
+    latency model, the replicas the requests in flight fill at the planned fill
+    (max_num_seqs x target_utilization each), at most `target`. 0 when idle."""
     if spec.model is None:
-        return target
+        slots = max(1.0, spec.max_num_seqs * spec.target_utilization)
+        return min(target, math.ceil(snap.in_flight / slots - 1e-9))
     return capacity_floor(snap, spec)
 
 

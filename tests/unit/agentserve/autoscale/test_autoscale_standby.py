@@ -137,10 +137,15 @@ def test_scale_to_zero_keeps_no_headroom():
     assert fleet == 0 and d.state.standby_replicas == 0
 
 
-def test_without_a_latency_model_the_target_is_the_demand():
-    bare = replace(SPEC, model=None)
-    fleet, _, _ = plan_fleet(snap(ready=5, start=49.0), bare, PolicyState(), _holding)
-    assert fleet == 10
+def test_without_a_latency_model_the_demand_is_what_is_in_flight():
+    bare = replace(SPEC, model=None)  # 8 slots x 0.8 fill: 6.4 requests per replica
+    fleet, _, _ = plan_fleet(snap(ready=5, in_flight=30), bare, PolicyState(), _holding)
+    assert fleet == 10  # ceil(30 / 6.4) = 5 in demand, g = 1
+    fleet, _, _ = plan_fleet(snap(ready=5, in_flight=7), bare, PolicyState(), _holding)
+    assert fleet == 5  # 2 in demand: (1 + g) x 2 = 4 < the 5 decide keeps
+    idle = snap(ready=1, rate=0.0, in_flight=0)
+    assert plan_fleet(idle, bare, PolicyState(), _holding)[0] == 1
+    assert plan_fleet(idle, SPEC, PolicyState(), _holding)[0] == 1  # idle: no standby
 
 
 def test_the_default_derives_the_standby():
