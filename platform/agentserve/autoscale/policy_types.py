@@ -94,7 +94,7 @@ class PolicySpec:
     `staffing_z` the burst headroom of the floor in standard deviations of concurrency;
     `burst` the rate-derivative detector (burst.py); `standby_replicas` extra started
     replicas kept beyond the target (applied by the fleet, see standby.py): None derives
-    the margin from the replica start (standby.standby_margin), a number fixes it. `schedule` is
+    the margin from the replica start (standby.plan_fleet), a number fixes it. `schedule` is
     what the replica drafts by batch size ([(start, end, k)], as the drafter's
     num_speculative_tokens_per_batch_size); None = the model's own schedule for
     `max_drafted`, so the policy plans the capacity the replica really has.

@@ -48,6 +48,7 @@ derivation (the fleet is then T + that count).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from agentserve.autoscale.policy import capacity_floor, decide, planned_start_s
@@ -94,6 +95,10 @@ def headroom_factor(spec: PolicySpec, start_s: float) -> float:
     return min(cap, slope * (max(0.0, start_s) + k.look_back_s / 2))
 
 
+PolicyFunction = Callable[[Snapshot, PolicySpec, PolicyState], ScaleDecision]
+"""decide's shape: (snapshot, spec, state) -> ScaleDecision."""
+
+
 def _hidden(spec: PolicySpec, state: PolicyState) -> int:
     """Replicas of the current fleet that are standby: the explicit count, else the
     margin the previous decision added (none before the first)."""
@@ -125,7 +130,7 @@ def _held_headroom(wanted: int, now_s: float, spec: PolicySpec, state: PolicySta
 
 
 def plan_fleet(
-    snap: Snapshot, spec: PolicySpec, state: PolicyState, policy=decide
+    snap: Snapshot, spec: PolicySpec, state: PolicyState, policy: PolicyFunction = decide
 ) -> tuple[int, ScaleDecision, Snapshot]:
     """One routed-standby decision, as both the Ray adapter and the simulator run it:
     hide the current margin from `snap`, ask `policy` (decide's shape) for its target T,

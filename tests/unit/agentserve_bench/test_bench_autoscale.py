@@ -75,3 +75,15 @@ def test_summary_states_savings_and_costs():
     )
     assert "| Ray default, target_ongoing 2 | fixed 5 | 99.00%" in fixed_fleet
     assert "**10% more replica-seconds**" in text and "no Ray-default setting" in text
+
+
+def test_the_headline_row_runs_the_policy_defaults():
+    """The SLA policy row is the default policy, not a variant tuned on the trace: every
+    knob but the scenario's SLAs, bounds and model is PolicySpec's, the standby derived."""
+    from agentserve.autoscale.policy import PolicySpec
+    from agentserve_bench.autoscale.compare import Scenario, policy_spec_for
+
+    ours, default = policy_spec_for(Scenario()), PolicySpec()
+    assert ours.standby_replicas is None and default.standby_replicas is None
+    assert ours.staffing_z == default.staffing_z
+    assert ours.burst._replace(lead_s=0.0) == default.burst._replace(lead_s=0.0)
