@@ -73,11 +73,17 @@ def ray_config(spec: DeploymentSpec) -> dict:
 
 # -- the comparison ---------------------------------------------------------------------------
 def compare(scenario: Scenario, custom: PolicySpec) -> dict[str, dict]:
-    """Replay the scenario's trace under the built-in policy and the custom one."""
+    """Replay the scenario's trace under the built-in policy and the custom one, both
+    without standby replicas: the adapter adds the same derived standby headroom to any
+    policy's target (standby.plan_fleet), and it would hide the decisions compared here
+    (the benchmark's "no standby" row)."""
     trace = generate_trace(scenario.trace)
+    alone = {"standby_replicas": 0}
     policies = {
-        "built-in SLA policy": PolicyController(policy_spec_for(scenario), decide),
-        "queue-length (custom)": PolicyController(custom, queue_length_policy),
+        "built-in SLA policy": PolicyController(
+            replace(policy_spec_for(scenario), **alone), decide
+        ),
+        "queue-length (custom)": PolicyController(replace(custom, **alone), queue_length_policy),
     }
     rows = {}
     for name, controller in policies.items():

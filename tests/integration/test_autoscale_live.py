@@ -37,6 +37,7 @@ def live_spec(
         "downscale_delay_s": downscale_delay_s,
         "look_back_period_s": 3,
         "open_mode_sla": sla,
+        "standby_replicas": 0,  # the scale-up under test, not a standby headroom
     }
     return DeploymentSpec.model_validate(
         {"models": [model | {"replicas": replicas}], "autoscaling": autoscaling,

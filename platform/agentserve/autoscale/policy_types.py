@@ -93,7 +93,8 @@ class PolicySpec:
     `burst.lead_s` likewise;
     `staffing_z` the burst headroom of the floor in standard deviations of concurrency;
     `burst` the rate-derivative detector (burst.py); `standby_replicas` extra started
-    replicas kept beyond the target (applied by the fleet, see standby.py). `schedule` is
+    replicas kept beyond the target (applied by the fleet, see standby.py): None derives
+    the margin from the replica start (standby.plan_fleet), a number fixes it. `schedule` is
     what the replica drafts by batch size ([(start, end, k)], as the drafter's
     num_speculative_tokens_per_batch_size); None = the model's own schedule for
     `max_drafted`, so the policy plans the capacity the replica really has.
@@ -128,7 +129,7 @@ class PolicySpec:
             lead_s=DEFAULT_REPLICA_START_S,
         )
     )
-    standby_replicas: int = _AUTOSCALING.standby_replicas
+    standby_replicas: int | None = _AUTOSCALING.standby_replicas
     schedule: tuple[tuple[int, int, int], ...] | None = None
     interval_s: float = _AUTOSCALING.interval_s  # between live decisions (ray_policy.py)
 
@@ -182,7 +183,8 @@ class PolicySpec:
 
 @dataclass(frozen=True)
 class PolicyState:
-    """Timers carried between decisions (JSON-able: Ray keeps it in policy_state)."""
+    """Timers carried between decisions, and the standby margin last added (hidden from
+    the next snapshot, standby.plan_fleet). JSON-able: Ray keeps it in policy_state."""
 
     up_since_s: float | None = None
     down_since_s: float | None = None
@@ -190,6 +192,9 @@ class PolicyState:
     idle_since_s: float | None = None
     burst_since_s: float | None = None
     burst_rate_rps: float | None = None
+    standby_replicas: int | None = None  # the standby margin the last decision added
+    headroom_replicas: int | None = None  # the derived headroom fleet held (standby.py)
+    headroom_since_s: float | None = None  # when it was last raised or lowered
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -50,7 +50,7 @@ from agentserve.autoscale.policy import (
     decide,
 )
 from agentserve.autoscale.policy_types import DEFAULT_REPLICA_START_S
-from agentserve.autoscale.standby import fleet_target, visible_snapshot
+from agentserve.autoscale.standby import plan_fleet
 from agentserve.autoscale.start_stat import measured_start_s
 from agentserve.autoscale.step_refit import (
     BATCH_MEAN_KEY,
@@ -416,20 +416,19 @@ class SlaAutoscalingPolicy:
             return ctx.target_num_replicas, policy_state
         policy_state[DECIDED_KEY] = now
         state = PolicyState.from_dict(policy_state.get(STATE_KEY) or {})
-        standby = self.spec.standby_replicas
         since = _warming_since(ctx, policy_state, now)
         held = self._held(ctx, now)
         seen = snapshot_from_context(ctx, state, policy_state.get(START_KEY), since, held)
-        snap = visible_snapshot(seen, standby)
-        decision = self.policy(snap, self._refitted(ctx, policy_state), state)
-        target = fleet_target(decision.target_replicas, standby, self.spec.max_replicas)
+        spec = self._refitted(ctx, policy_state)
+        target, decision, snap = plan_fleet(seen, spec, state, self.policy)
+        standby = target - decision.target_replicas
         if decision.target_replicas != snap.current_replicas:
             log.info(
                 "agentserve policy: %d -> %d replicas%s (%s; sla ratio %s, floor %d, "
                 "in flight %d, queued %d, replica start %s s)",
                 snap.current_replicas,
                 decision.target_replicas,
-                f" + {target - decision.target_replicas} standby" if standby else "",
+                f" + {standby} standby" if standby else "",
                 decision.reason,
                 None if decision.sla_ratio is None else round(decision.sla_ratio, 2),
                 decision.capacity_floor,

@@ -49,12 +49,16 @@ class AutoscalingSpec(_Spec):
         "multiple of the look-back rate (and beyond Poisson noise), the capacity floor plans "
         "for the rate projected one replica start ahead; 0 = off. Policy sla only.",
     )
-    standby_replicas: int = Field(
-        0,
+    standby_replicas: int | None = Field(
+        None,
         ge=0,
         description="Started replicas kept beyond the policy's target, so a scale-up does "
-        "not wait for a replica start. Ray Serve routes to every running replica, so these "
-        "serve traffic too; they cost replica-seconds all the time. Policy sla only.",
+        "not wait for a replica start. null = derived from the measured replica start: "
+        "enough for the demand growth within one start that neither the look-back floor "
+        "nor the burst detector answers in time (up to one more fleet at the burst "
+        "detector's 2x cap; docs/autoscaling.md). Ray Serve routes to every running "
+        "replica, so these serve traffic too; they cost replica-seconds all the time; 0 = "
+        "none. Policy sla only.",
     )
 
     @model_validator(mode="after")

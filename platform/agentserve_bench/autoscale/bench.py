@@ -20,13 +20,14 @@ from agentserve_bench.report import default_docs, replace_section
 __all__ = ["add_parser", "markdown_summary"]
 
 _LABELS = {
-    "sla_policy": "**SLA policy** (this)",
+    "sla_policy": "**SLA policy** (this; defaults, standby derived from the start)",
+    "sla_policy_no_standby": "SLA policy, no standby (`standby_replicas: 0`)",
     "sla_policy_fifo": "SLA policy, priority off (FIFO)",
     "ttft_only": "TTFT-only (reactive, no floor, no TPOT)",
     "sla_policy_fixed_k": "SLA policy, fixed {k} drafted tokens (no schedule)",
     "sla_policy_no_spec": "SLA policy, no speculation",
-    "sla_policy_no_burst": "SLA policy, no burst detector",
-    "sla_policy_standby_routed": "SLA policy + {standby} standby (routed: what Ray Serve can do)",
+    "sla_policy_no_burst": "SLA policy, no burst detector (standby derived)",
+    "sla_policy_standby_routed": "SLA policy + {standby} standby set by hand (routed)",
     "sla_policy_standby_unrouted": "SLA policy + {standby} standby (unrouted: simulator only)",
     "sla_policy_standby_routed_no_burst": (
         "SLA policy, no burst detector + {standby} standby (routed)"

@@ -31,7 +31,7 @@ from agentserve.autoscale.policy import (
     Snapshot,
     decide,
 )
-from agentserve.autoscale.standby import fleet_target, visible_snapshot
+from agentserve.autoscale.standby import plan_fleet
 
 from agentserve_bench.autoscale.measured_start import engine_start_s
 from agentserve_bench.autoscale.ray_default import RayDefaultController
@@ -55,17 +55,17 @@ PolicyFunction = Callable[[Snapshot, PolicySpec, PolicyState], ScaleDecision]
 
 class PolicyController:
     """A policy in the simulator: `policy` (default: our `decide`, the same function the
-    Ray adapter runs), its state carried between ticks; `spec.standby_replicas` applies
-    the routed standby margin exactly as the Ray adapter does (standby.py)."""
+    Ray adapter runs), its state carried between ticks; the routed standby margin
+    (`spec.standby_replicas`, derived from the replica start when None) applies exactly
+    as the Ray adapter applies it (standby.plan_fleet)."""
 
     def __init__(self, spec: PolicySpec, policy: PolicyFunction = decide):
         self.spec, self.policy, self.state = spec, policy, PolicyState()
 
     def __call__(self, snap: Snapshot) -> int:
-        standby = self.spec.standby_replicas
-        decision = self.policy(visible_snapshot(snap, standby), self.spec, self.state)
+        fleet, decision, _ = plan_fleet(snap, self.spec, self.state, self.policy)
         self.state = decision.state
-        return fleet_target(decision.target_replicas, standby, self.spec.max_replicas)
+        return fleet
 
 
 def _p95_ms(values: list[float]) -> float | None:
@@ -135,8 +135,10 @@ class Scenario:
     max_drafted: int = 7
     replica_start_s: float | None = None
     """None: the simulated engine's measured start (startup.json, measured_start.py)."""
-    staffing_z: float = 4.0
+    staffing_z: float | None = None
+    """None: the policy's default (PolicySpec.staffing_z)."""
     standby_replicas: int = 4
+    """The hand-set count of the "+ N standby" rows; the SLA policy row derives its own."""
     speculation: Literal["schedule", "fixed"] = "schedule"
     """How every replica drafts: "schedule", the per-batch schedule the deployments fill by
     default (speculation shed at large batches); "fixed", max_drafted at every batch size."""
@@ -156,10 +158,12 @@ def replica_start_for(sc: Scenario) -> float:
 
 
 def policy_spec_for(sc: Scenario) -> PolicySpec:
-    """The policy knobs of the scenario (SLAS, its fleet bounds and latency model); the
-    policy plans with the drafting the replicas run (`sc.speculation`) and the start the
-    replicas report (expected: the same figure, until they do)."""
+    """The policy knobs of the scenario (SLAS, its fleet bounds and latency model; every
+    other knob the policy's default, the standby margin derived); the policy plans with
+    the drafting the replicas run (`sc.speculation`) and the start the replicas report
+    (expected: the same figure, until they do)."""
     start_s = replica_start_for(sc)
+    staffing = {} if sc.staffing_z is None else {"staffing_z": sc.staffing_z}
     return PolicySpec(
         schedule=fixed_schedule(sc) if sc.speculation == "fixed" else None,
         min_replicas=sc.min_replicas,
@@ -169,8 +173,8 @@ def policy_spec_for(sc: Scenario) -> PolicySpec:
         max_drafted=sc.max_drafted,
         model=sc.model,
         replica_start_s=start_s,
-        staffing_z=sc.staffing_z,
         burst=BurstKnobs(lead_s=start_s),
+        **staffing,
     )
 
 
@@ -240,6 +244,7 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
     trace = trace or generate_trace(sc.trace)
     sim, burst, ours = sim_config_for(sc), burst_window(sc), policy_spec_for(sc)
     no_burst = replace(ours, burst=ours.burst._replace(burst_ratio=0.0))
+    no_standby = replace(ours, standby_replicas=0)  # the elastic policy alone
     # the ablation, when the fleet sheds speculation: the same policy and fleet drafting
     # the fixed k at every batch size (the policy planning with that)
     fixed_k = replace(ours, schedule=fixed_schedule(sc)), replace(sim, adaptive_speculation=False)
@@ -262,6 +267,7 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
             replace(sim, max_drafted=0),
         ),
         "sla_policy_no_burst": (PolicyController(no_burst), sim),
+        "sla_policy_no_standby": (PolicyController(no_standby), sim),
         "sla_policy_standby_routed": (
             PolicyController(replace(ours, standby_replicas=sc.standby_replicas)),
             sim,
@@ -271,7 +277,7 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
             sim,
         ),
         "sla_policy_standby_unrouted": (
-            PolicyController(ours),
+            PolicyController(no_standby),
             replace(sim, standby_replicas=sc.standby_replicas),
         ),
     }
@@ -307,6 +313,7 @@ def run_comparison(sc: Scenario | None = None, trace: Trace | None = None) -> di
             _matched(results, "sla_policy", "attainment"),
             _matched(results, "sla_policy", "attainment_outside_burst"),
             _matched(results, "sla_policy", "attainment_in_burst"),
+            _matched(results, "sla_policy_no_standby", "attainment"),
             _matched(results, "sla_policy_standby_routed", "attainment_in_burst"),
             _matched(results, "sla_policy_standby_routed_no_burst", "attainment_in_burst"),
         ],

@@ -131,6 +131,7 @@ def live_spec(cfg: LiveConfig, priority: bool) -> DeploymentSpec:
         "interval_s": cfg.upscale_delay_s,  # a decision at least as often as a breach must hold
         "upscale_delay_s": cfg.upscale_delay_s,
         "downscale_delay_s": cfg.downscale_delay_s,
+        "standby_replicas": 0,  # the run measures the policy's own scale-up, no headroom
     }
     return DeploymentSpec.model_validate(
         {

@@ -31,9 +31,11 @@ def test_bench_autoscale_writes_json_plot_and_docs_section(tmp_path, capsys):
     assert (tmp_path / "benchmarks" / "autoscale.png").stat().st_size > 1000
     doc = (tmp_path / "autoscaling.md").read_text()
     assert "old table" not in doc and "Intro prose stays." in doc and "Closing prose" in doc
-    assert "| **SLA policy** (this) |" in doc and "Ray default, target_ongoing 1" in doc
-    assert "| **SLA policy** (this) |" in capsys.readouterr().out
-    assert "standby (routed: what Ray Serve can do) |" in doc and "interactive in burst" in doc
+    headline = "| **SLA policy** (this; defaults, standby derived from the start) |"
+    assert headline in doc and "Ray default, target_ongoing 1" in doc
+    assert headline in capsys.readouterr().out
+    assert "| SLA policy, no standby (`standby_replicas: 0`) |" in doc
+    assert "standby set by hand (routed) |" in doc and "interactive in burst" in doc
     assert "| SLA policy, priority off (FIFO) | by batch |" in doc and "| shed |" in doc
 
 
@@ -73,3 +75,15 @@ def test_summary_states_savings_and_costs():
     )
     assert "| Ray default, target_ongoing 2 | fixed 5 | 99.00%" in fixed_fleet
     assert "**10% more replica-seconds**" in text and "no Ray-default setting" in text
+
+
+def test_the_headline_row_runs_the_policy_defaults():
+    """The SLA policy row is the default policy, not a variant tuned on the trace: every
+    knob but the scenario's SLAs, bounds and model is PolicySpec's, the standby derived."""
+    from agentserve.autoscale.policy import PolicySpec
+    from agentserve_bench.autoscale.compare import Scenario, policy_spec_for
+
+    ours, default = policy_spec_for(Scenario()), PolicySpec()
+    assert ours.standby_replicas is None and default.standby_replicas is None
+    assert ours.staffing_z == default.staffing_z
+    assert ours.burst._replace(lead_s=0.0) == default.burst._replace(lead_s=0.0)

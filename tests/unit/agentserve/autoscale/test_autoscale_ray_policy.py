@@ -34,7 +34,8 @@ SPEC = DeploymentSpec.model_validate(
                 "sla": {"ttft_p95_ms": 1000, "tpot_p95_ms": 50},
             }
         ],
-        "autoscaling": {"upscale_delay_s": 0},
+        # no standby: these tests check decide's plumbing (derived standby: its own test)
+        "autoscaling": {"upscale_delay_s": 0, "standby_replicas": 0},
     }
 )
 
@@ -189,6 +190,27 @@ def test_standby_replicas_ride_above_the_policy_target():
     hot = [stats(1500, 30)] * 3
     target, state = policy(context(config, running=3, target=3, replicas_stats=hot))
     assert target == 4 and state["agentserve_last"]["reason"] == "sla_ratio"
+
+
+def test_default_standby_is_derived_from_the_replica_start():
+    """standby_replicas null: the adapter runs the headroom fleet of standby.plan_fleet
+    (no latency model: the demand is the replicas the requests in flight fill, at most
+    decide's target; a 60 s start: g = 1, twice it) and hides the margin it added from
+    the next decision."""
+    autoscaling = SPEC.autoscaling.model_copy(update={"standby_replicas": None})
+    raw = ray_autoscaling_config(SPEC.model_copy(update={"autoscaling": autoscaling}))
+    assert raw["policy"]["policy_kwargs"]["standby_replicas"] is None
+    config = AutoscalingConfig(**raw)
+    policy = _apply_autoscaling_config(SlaAutoscalingPolicy(**raw["policy"]["policy_kwargs"]))
+    calm = [stats(300, 20)] * 4
+    busy = context(config, running=2, target=2, replicas_stats=calm[:2], ongoing=12.0)
+    target, state = policy(busy)
+    assert target == 4 and state["agentserve_last"]["reason"].startswith("hold")
+    later = context(
+        config, running=4, target=4, replicas_stats=calm, state=state, now=1010.0, ongoing=12.0
+    )
+    target, state = policy(later)
+    assert target == 4  # decide saw 2 (the 2 standby hidden) and held
 
 
 def test_burst_knobs_roundtrip_and_the_recent_rate_comes_from_latest_reports():
