@@ -121,4 +121,5 @@ def test_ray_serve_runs_the_custom_policy_through_the_adapter(example):
         config=AutoscalingConfig(**{k: v for k, v in default_config.items() if v is not None}),
     )
     target, state = policy(ctx)
-    assert target == 3 and state["agentserve_last"]["reason"] == "queue_up"  # 13 / 6.4
+    # 13 / 6.4 -> 3 for the queue, and the adapter's derived standby on top (standby.plan_fleet)
+    assert target == 4 and state["agentserve_last"]["reason"] == "queue_up"

@@ -1,14 +1,14 @@
 """LoRA adapters through the real engine: a small rank-8 adapter for the bundled model
 (SmolLM2-135M, nothing downloaded), written in PEFT's format by the test itself with
-nonzero B matrices, served beside the base weights (vLLM's multi-LoRA on CPU) behind the
-ingress, without Ray. One vLLM CPU engine for the module.
+nonzero B matrices, served beside the base weights (vLLM's multi-LoRA on CPU) by `agentserve
+up --spec` as a user runs it (local Ray, the bundled model's default speculation). One engine
+start for the module.
 
 Run: .venv/bin/python -m pytest -q -m slow tests/integration/test_lora_real.py
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -60,55 +60,36 @@ def write_adapter(out: Path, model_dir: Path, seed: int = 0) -> Path:
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    from agentserve.engine.vllm_engine import VLLMEngine
+def client(start_up, tmp_path_factory):
+    """`agentserve up --spec` (local Ray, the real engine) serving the bundled model with one
+    adapter written by the test; an httpx client on its URL."""
+    import httpx
     from agentserve.model_sources import resolve_model
-    from agentserve.serve.backend import LocalBackend
-    from agentserve.serve.ingress import create_app
-    from agentserve.spec import DeploymentSpec
 
-    adapter = write_adapter(tmp_path_factory.mktemp("lora") / "tuned", resolve_model("bundled"))
-    model = {
-        "max_model_len": 512,
-        "engine_args": {"enforce_eager": True},
-        "lora": {"adapters": {"tuned": str(adapter)}, "max_lora_rank": RANK},
-    }
-    spec = DeploymentSpec.model_validate({"models": [model]})
-    engine = VLLMEngine(spec.models[0])
-    loop = asyncio.new_event_loop()
-    try:
-        loop.run_until_complete(engine.start())
-        app = create_app(spec, {BUNDLED_MODEL: LocalBackend(engine)})
-        yield _LoopClient(loop, app)
-    finally:  # a start that failed half-way stops its engine core too
-        loop.run_until_complete(engine.stop())
-        loop.close()
-
-
-class _LoopClient:
-    """Requests to the ASGI app on the event loop the engine started on (AsyncLLM's output
-    handler is bound to it), through httpx's ASGI transport."""
-
-    def __init__(self, loop, app):
-        import httpx
-
-        self.loop = loop
-        self.http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 1)),
-            base_url="http://localhost",
-            timeout=300,
+    root = tmp_path_factory.mktemp("lora")
+    adapter = write_adapter(root / "tuned", resolve_model("bundled"))
+    spec = root / "lora.yaml"
+    spec.write_text(
+        json.dumps(
+            {
+                "models": [
+                    {
+                        "name": BUNDLED_MODEL,
+                        "max_model_len": 512,
+                        "lora": {"adapters": {"tuned": str(adapter)}, "max_lora_rank": RANK},
+                    }
+                ]
+            }
         )
-
-    def post(self, path, body):
-        return self.loop.run_until_complete(self.http.post(path, json=body))
-
-    def get(self, path):
-        return self.loop.run_until_complete(self.http.get(path))
+    )
+    server = start_up("--spec", str(spec), ready_timeout_s=900)
+    with httpx.Client(base_url=server.url, timeout=300, trust_env=False) as http:
+        yield http
 
 
 def _greedy(client, model):
     body = {"model": model, "messages": PROMPT, "max_tokens": 16, "temperature": 0}
-    r = client.post("/v1/chat/completions", body)
+    r = client.post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
     answer = r.json()
     return answer["model"], answer["choices"][0]["message"]["content"]
@@ -129,5 +110,7 @@ def test_models_lists_the_adapter_and_unknown_adapters_are_404(client):
         (BUNDLED_MODEL, None),
         ("tuned", BUNDLED_MODEL),
     ]
-    r = client.post("/v1/chat/completions", {"model": f"{BUNDLED_MODEL}:other", "messages": PROMPT})
+    r = client.post(
+        "/v1/chat/completions", json={"model": f"{BUNDLED_MODEL}:other", "messages": PROMPT}
+    )
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
