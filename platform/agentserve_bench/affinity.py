@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -225,6 +226,10 @@ def run(args: argparse.Namespace) -> int:
 
     cpu = read_cpu_info()
     print(f"machine: {cpu.describe()}", flush=True)
+    # 2 x replicas engines share the machine: each reserves its KV cache up front (4 GiB by
+    # default on CPU), and four 4 GiB reservations on a 24 GiB machine had Ray's memory
+    # monitor kill the Serve controller while the engines started
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(args.kv_cache_gib))
     n = args.conversations
     agents = agent_conversations(n, args.turns)
     single = workload_messages("coding", n)
@@ -285,6 +290,13 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("vllm", "fake"), default="vllm",
                    help="fake: the pipeline only, no prefix cache (default: vllm)")  # fmt: skip
     p.add_argument("--port", type=int, default=8724, help="(default: %(default)s)")
+    p.add_argument(
+        "--kv-cache-gib",
+        type=int,
+        default=1,
+        help="each engine's KV cache (VLLM_CPU_KVCACHE_SPACE, unless set): 1 GiB holds ~45k "
+        "tokens of the bundled model, far more than the conversations need (default: 1)",
+    )
     p.add_argument("--start-timeout-s", type=float, default=900.0, help="(default: 900)")
     p.add_argument("--docs", type=Path, default=default_docs(), help="(default: %(default)s)")
     p.set_defaults(handler=run)
