@@ -52,6 +52,7 @@ from agentserve_bench.served_rows import by_machine, fill_ratios, row, served_de
 __all__ = ["add_parser", "bench_spec", "parse_methods", "run", "run_order"]
 
 SERVERS = ("agentserve", "vllm_serve")
+WARM_REQUESTS = 2  # per server start, before any level is measured
 
 
 def halves(text: str) -> list[str]:
@@ -182,7 +183,9 @@ def _measure(
     with serving as (base, metrics_url):
         took = time.perf_counter() - started
         print(f"  {server} {method}:{k} ({settings}) ready in {took:.0f} s", flush=True)
-        warm = next(iter(conversations.values()))[:1]
+        # two requests: vLLM's server ran its first two at a fifth of its speed (lazy
+        # compilation of the verify shapes), which one warm-up left inside the first level
+        warm = next(iter(conversations.values()))[:WARM_REQUESTS]
         asyncio.run(run_workload(base, model.name, warm, 1, args.max_tokens))
         for (workload, half), convs in conversations.items():
             for c in args.concurrency:
