@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.adapters import adapter_dirs
-from agentserve.engine.cpu_settings import apply_cpu_engine_settings
+from agentserve.engine.cpu_settings import apply_cpu_engine_settings, replica_slot
 from agentserve.engine.hybrid_drafter import (
     STATS_INTERVAL_S,
     proposer_rows,
@@ -123,7 +123,7 @@ class VLLMEngine:
         from vllm.entrypoints.launchers.cli_args import FrontendArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        apply_cpu_engine_settings()
+        apply_cpu_engine_settings(replica_slot(self.spec.replicas.max_replicas))
         ensure_fixes_enabled()
         # off the event loop: a first start may download a model and its drafter for hours
         model_dir = self._model_dir or await asyncio.to_thread(

@@ -9,11 +9,12 @@ turn its prefix is in vLLM's prefix cache, anywhere else it is computed again. S
    per tenant and model (tenants' prefix caches are salted apart: api/cache_salt.py). It
    travels as the engine request's AFFINITY_HEADER.
 2. The model deployment's request router (serve/affinity_router.py, Ray Serve's request
-   router API) remembers where each key went last (`KeyHomes`) and ranks the replicas with
-   `route`: the key's home while its queue is at most `max_imbalance` requests longer
-   than the shortest, else (overloaded, gone, or a new key) the least-loaded replica,
-   ties broken by a hash of key and replica (rendezvous hashing: ingress replicas that see
-   the same loads agree). The key's home then moves there.
+   router API) remembers where each key went last (`KeyHomes`) and sends the key's next
+   request there while `route` says the home holds it: its queue at most `max_imbalance`
+   requests longer than the shortest. A key's first request, and one whose home is
+   overloaded or gone, routes as Ray Serve's default (power of two choices); the key's home
+   then moves to wherever it went. (`route` also ranks the other replicas by load, ties
+   broken by a hash of key and replica, for the router's fallback rank.)
 """
 
 from __future__ import annotations

@@ -4,12 +4,16 @@ prefix affinity (serve/affinity.py decides; this adapts it to Ray's router API).
 Ray Serve runs one router per deployment handle (in the ingress process) and asks it to
 rank the replicas for each pending request (`choose_replicas`); it then tries the ranks in
 order, each replica only while its queue is under max_ongoing_requests, and backs off
-and asks again when none accepts. A request with an affinity key (the engine request's
-AFFINITY_HEADER, which the ingress sets) gets its key's home first, the others by load
-next; calls without one (stats, health) and any failure to read the request route as
-Serve's default, power of two choices. Queue lengths come from the router's cache (what
-replicas last reported; unknown counts as 0, and Serve probes the chosen replica before
-it sends). A dead replica's keys are forgotten: their next request goes to the least loaded.
+and asks again when none accepts. A request whose affinity key (the engine request's
+AFFINITY_HEADER, which the ingress sets) has a home gets that replica first, the others
+next, while the home is at most max_imbalance requests busier than the least-loaded
+replica. Everything else routes exactly as Serve's default, power of two choices: calls
+without a key (stats, health), a key's first request (nothing is cached anywhere yet, so
+there is nothing to prefer), a key whose home is overloaded or gone, and any failure to
+read the request. Loads are the larger of what the replica last reported (Serve's queue
+length cache, whose entries expire after a few seconds) and the requests this router has
+sent it that have not completed (`on_request_routed` / `on_request_completed`), so an
+expired cache entry does not read as an idle replica. A dead replica's keys are forgotten.
 
 `deployment_options` names this class by import path (serve/app.py, `router_config`), with
 the model's spec.routing as its `initialize_state` arguments.
@@ -18,6 +22,7 @@ the model's spec.routing as its `initialize_state` arguments.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +66,8 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         """Ray calls this with RequestRouterConfig.request_router_kwargs."""
         self._max_imbalance = max_imbalance_requests
         self._homes = KeyHomes(max_keys)
+        self._sent: dict[str, str] = {}  # internal request id -> replica id, until completed
+        self._in_flight: Counter[str] = Counter()  # replica id -> requests sent, not completed
 
     async def choose_replicas(
         self,
@@ -68,33 +75,62 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
         key = request_affinity_key(pending_request)
-        if key is not None and candidate_replicas:
+        home = self._homes.get(key) if key is not None else None
+        if home is not None and candidate_replicas:
             try:
-                return self._affinity_ranks(key, candidate_replicas, pending_request)
+                ranks = self._home_ranks(key, home, candidate_replicas, pending_request)
             except Exception:  # routing must never fail a request: fall back to Serve's
                 log.warning("affinity routing failed; power of two choices", exc_info=True)
+                ranks = None
+            if ranks is not None:
+                return ranks
         return await PowerOfTwoChoicesRequestRouter.choose_replicas(
             self, candidate_replicas=candidate_replicas, pending_request=pending_request
         )
 
-    def _affinity_ranks(
-        self, key: str, replicas: list[RunningReplica], pending: PendingRequest | None
-    ) -> list[list[RunningReplica]]:
+    def replica_load(self, replica: RunningReplica) -> int:
+        """Queued + running requests of `replica` as this router knows them (module
+        docstring)."""
+        rid = replica.replica_id.to_full_id_str()
+        cached = self.replica_queue_len_cache.get(replica.replica_id)
+        return max(cached or 0, self._in_flight[rid])
+
+    def _home_ranks(
+        self, key: str, home: str, replicas: list[RunningReplica], pending: PendingRequest | None
+    ) -> list[list[RunningReplica]] | None:
+        """[[home], [the others]] while the home holds the key, else None (Serve's default)."""
         by_id = {r.replica_id.to_full_id_str(): r for r in replicas}
-        cache = self.replica_queue_len_cache
-        loads = {rid: cache.get(r.replica_id) for rid, r in by_id.items()}
-        order = route(key, self._homes.get(key), loads, self._max_imbalance).order
+        loads = {rid: self.replica_load(r) for rid, r in by_id.items()}
+        decision = route(key, home, loads, self._max_imbalance)
+        if decision.reason != "home":
+            return None
         if pending is not None:  # tried every rank: back off before asking again
             pending.routing_context.should_backoff = True
-        return [[by_id[order[0]]], [by_id[rid] for rid in order[1:]]]
+        return [[by_id[home]], [by_id[rid] for rid in decision.order[1:]]]
 
     def on_request_routed(
         self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
     ) -> None:
+        rid = replica_id.to_full_id_str()
         key = request_affinity_key(pending_request)
         if key is not None:
-            self._homes.set(key, replica_id.to_full_id_str())
+            self._homes.set(key, rid)
+        request_id = pending_request.metadata.internal_request_id
+        if request_id not in self._sent:
+            self._sent[request_id] = rid
+            self._in_flight[rid] += 1
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        rid = self._sent.pop(internal_request_id, None)
+        if rid is not None:
+            self._in_flight[rid] -= 1
+            if self._in_flight[rid] <= 0:
+                del self._in_flight[rid]
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
-        self._homes.forget_replica(replica_id.to_full_id_str())
+        rid = replica_id.to_full_id_str()
+        self._homes.forget_replica(rid)
+        self._in_flight.pop(rid, None)
+        for request_id in [r for r, where in self._sent.items() if where == rid]:
+            del self._sent[request_id]

@@ -138,14 +138,22 @@ async def _new_router(replicas, max_imbalance=2) -> AffinityRouter:
     return router
 
 
-async def _send(router: AffinityRouter, key: str | None) -> str:
-    """Route one request as Serve's router does; the chosen replica's queue grows."""
+async def _send(router: AffinityRouter, key: str | None, sent: list | None = None) -> str:
+    """Route one request as Serve's router does; the chosen replica's queue grows. `sent`
+    collects (pending request, replica) for completing it later."""
     pending = _pending(key)
     replica = await asyncio.wait_for(router._choose_replica_for_request(pending), 5)
     router.on_request_routed(pending, replica.replica_id, None)
     replica.queue_len += 1
     router.on_new_queue_len_info(replica.replica_id, replica.queue_len)
+    if sent is not None:
+        sent.append((pending, replica))
     return replica.name
+
+
+def _complete(router: AffinityRouter, pending: PendingRequest, replica: FakeReplica) -> None:
+    replica.queue_len -= 1
+    router.on_request_completed(replica.replica_id, pending.metadata.internal_request_id)
 
 
 def test_a_key_stays_on_its_replica_until_it_is_overloaded():
@@ -164,7 +172,7 @@ def test_a_key_stays_on_its_replica_until_it_is_overloaded():
     assert (moved, after) == (other, other)
 
 
-def test_new_keys_go_to_the_least_loaded_replica():
+def test_new_keys_route_as_serves_default_to_the_less_loaded_replica():
     async def run():
         a, b = FakeReplica("a", queue_len=5), FakeReplica("b", queue_len=0)
         router = await _new_router([a, b])
@@ -205,3 +213,61 @@ def test_the_key_is_read_from_the_engine_request_only():
         return [request_affinity_key(p) for p in (_pending("k1"), _pending(None), None, plain)]
 
     assert asyncio.run(run()) == ["k1", None, None, None]
+
+
+def test_an_expired_queue_cache_does_not_hide_a_busy_home():
+    """Serve's queue length cache forgets a replica after a few seconds: the requests this
+    router sent and that have not completed still count, so the home yields when it is
+    busy and takes the key back when its requests complete."""
+
+    async def run():
+        a, b = FakeReplica("a"), FakeReplica("b")
+        router = await _new_router([a, b], max_imbalance=1)
+        sent: list = []
+        home = await _send(router, "conv-1", sent)
+        await _send(router, "conv-1", sent)  # 2 on the home, 0 on the other: still home
+        for replica in (a, b):
+            router.replica_queue_len_cache.invalidate_key(replica.replica_id)
+        busy = router.replica_load(a if home == "a" else b)
+        moved = await _send(router, "conv-1", sent)  # 2 over the other: past the bound
+        for pending, replica in sent:
+            _complete(router, pending, replica)
+            router.replica_queue_len_cache.invalidate_key(replica.replica_id)
+        idle = [router.replica_load(r) for r in (a, b)]
+        return home, busy, moved, idle
+
+    home, busy, moved, idle = asyncio.run(run())
+    assert busy == 2
+    assert moved != home
+    assert idle == [0, 0]
+
+
+def test_only_a_key_with_a_home_bypasses_serves_default(monkeypatch):
+    """First requests of a key (and keyless ones) go through power of two choices, so
+    prompts that share nothing are spread exactly as without affinity."""
+    from agentserve.serve import affinity_router
+
+    calls: list = []
+    original = affinity_router.PowerOfTwoChoicesRequestRouter.choose_replicas
+
+    async def recording(self, candidate_replicas, pending_request=None):
+        calls.append(request_affinity_key(pending_request))
+        return await original(
+            self, candidate_replicas=candidate_replicas, pending_request=pending_request
+        )
+
+    monkeypatch.setattr(
+        affinity_router.PowerOfTwoChoicesRequestRouter, "choose_replicas", recording
+    )
+
+    async def run():
+        router = await _new_router([FakeReplica("a"), FakeReplica("b")], max_imbalance=10)
+        first = await _send(router, "conv-1")
+        again = [await _send(router, "conv-1") for _ in range(3)]
+        await _send(router, "conv-2")
+        await _send(router, None)
+        return first, again
+
+    first, again = asyncio.run(run())
+    assert again == [first] * 3
+    assert calls == ["conv-1", "conv-2", None]
