@@ -16,7 +16,9 @@ logprobs k) each word token gets a log probability from a hash of it and k alter
 and counted in stats as drafts/drafted/accepted (also by running batch size). Each step
 sleeps `token_delay_s + per_seq_delay_s x running requests`, and at most `max_num_seqs`
 requests run at once (the rest wait, counted in stats.waiting), so load slows a replica the
-way batching does. `FakeEngineFactory` builds one per ModelSpec.
+way batching does. The finish delta's cached_tokens come from a per-engine prefix cache
+(fake_prefix.py), so routing that keeps a conversation on one replica shows as prefix hits.
+`FakeEngineFactory` builds one per ModelSpec.
 
 Continuations (EngineRequest.continuation) behave like an autoregressive model's: given the
 prompt plus the words already delivered, it says the rest of the reply when those words are
@@ -41,7 +43,7 @@ import json
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentserve.engine.protocol import (
@@ -57,6 +59,7 @@ from agentserve.engine.protocol import (
 from agentserve.engine.spec_by_batch import SpecByBatch
 
 from agentserve_bench.fake_embed import DEFAULT_EMBED_SIZE, fake_embeddings
+from agentserve_bench.fake_prefix import FakePrefixCache
 
 __all__ = ["FakeEngine", "FakeEngineFactory"]
 
@@ -111,6 +114,7 @@ class FakeEngine:
         self._running = 0
         self._drafts = self._draft_tokens = self._accepted = 0
         self._by_batch = SpecByBatch()
+        self.prefix_cache = FakePrefixCache()  # reports usage's cached_tokens
 
     @classmethod
     def from_model(cls, model: Any) -> FakeEngine:
@@ -199,6 +203,7 @@ class FakeEngine:
         self.requests.append(request)
         body = request.body
         prompt_words, prompt_tokens = _prompt(request)
+        cached = min(prompt_tokens, self.prefix_cache.serve(_prompt_sequence(request)))
         prefix = request.continuation.text if request.continuation else ""
         prompt_tokens += len(prefix.split())  # a continuation's prompt includes the prefix
         max_tokens = _max_tokens(body, request.kind)
@@ -215,14 +220,14 @@ class FakeEngine:
         try:
             if tools:
                 async for delta in self._tool_calls(tools, prompt_words, prompt_tokens):
-                    yield delta
+                    yield replace(delta, cached_tokens=cached) if delta.finish_reason else delta
             else:
                 rest = _words_after(_reply_words(body, prompt_words), prefix.split())
                 words, natural_end = rest[:budget], len(rest) <= budget
                 top = _top_logprobs(body, request.kind)
                 stream = self._stream_words(words, natural_end, body, prompt_tokens, prefix, top)
                 async for delta in stream:
-                    yield delta
+                    yield replace(delta, cached_tokens=cached) if delta.finish_reason else delta
                     if trigger and delta.completion_tokens >= FAULT_AFTER_TOKENS:
                         self.inject(trigger)
                         trigger = None
@@ -341,6 +346,22 @@ def _content_text(content: Any) -> str:
     if isinstance(content, list):  # content parts
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     return ""
+
+
+def _prompt_sequence(request: EngineRequest) -> list[str]:
+    """The whole prompt as the words a prefix cache sees, in order: each chat message's
+    role, then its content's words; a completion prompt's words (or token ids)."""
+    body = request.body
+    if request.kind != "chat":
+        prompt = body.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            prompt = prompt[0]
+        return (prompt if isinstance(prompt, str) else " ".join(map(str, prompt or []))).split()
+    words: list[str] = []
+    for message in body.messages:
+        m = message if isinstance(message, dict) else dict(message)
+        words += [f"<{m.get('role', '')}>", *_content_text(m.get("content")).split()]
+    return words
 
 
 def _prompt(request: EngineRequest) -> tuple[list[str], int]:

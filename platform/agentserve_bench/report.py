@@ -204,6 +204,7 @@ def write_machine_rows(
     rewrite the docs/benchmarks.md section <stem> as `render` makes it from all the rows,
     print where, and return all the rows."""
     path = Path(docs) / "benchmarks" / f"{stem}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     old = json.loads(path.read_text()) if path.exists() else []
     rows = [r for r in old if r.get("machine", {}).get("cpu_class") != cpu_class] + records
     path.write_text(json.dumps(rows, indent=1) + "\n")
