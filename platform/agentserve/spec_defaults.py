@@ -20,11 +20,11 @@ from pathlib import Path
 from agentserve.autoscale.spec_schedule import with_default_schedules
 from agentserve.device_defaults import with_catalog_drafters, with_context_lengths, with_gpus
 from agentserve.drafters import (
-    DEFAULT_SPECULATION,
     default_dtype,
     default_speculation,
     default_speculation_reason,
     default_speculation_tokens,
+    has_served_speculation,
     machine_class,
     shipped_drafter,
 )
@@ -225,7 +225,7 @@ def with_device_defaults(
 
 def with_default_dtype(spec: DeploymentSpec, dtype: str | None) -> DeploymentSpec:
     """`spec` with the bundled model served on CPU in `dtype` (the one measured fastest
-    through the server on the replicas' kind of CPU, agentserve.drafters.DEFAULT_DTYPE)
+    through the server on the replicas' kind of CPU, its machine profile)
     where its spec leaves dtype unset, speculating or not (`--no-drafter` included, so the
     two compare like for like); None, or a spec that sets dtype, keeps the spec's."""
     if dtype is None:
@@ -243,7 +243,7 @@ def with_default_dtype(spec: DeploymentSpec, dtype: str | None) -> DeploymentSpe
 
 
 def _measured(machine: str) -> bool:
-    return (BUNDLED_MODEL, machine) in DEFAULT_SPECULATION
+    return has_served_speculation(BUNDLED_MODEL, machine)
 
 
 def _calibrate(spec, flag, machine, progress) -> Choice | None:
