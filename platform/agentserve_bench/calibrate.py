@@ -3,7 +3,7 @@ embedded default makes from it, into docs/benchmarks/calibration.json and benchm
 
 The profile is what `agentserve up` measures at a first start on a kind of CPU without
 served figures (engine/step_costs.py); recording it here lets the decision logic be tested
-against real profiles of each kind of machine, and lets speculation_choice.served_factors
+against real profiles of each kind of machine, and lets speculation.choice.served_factors
 compare the prediction with the served benchmark where both exist.
 
 Each kind of CPU is recorded on a machine of that kind: the GEMMs are vLLM's own CPU
@@ -44,9 +44,9 @@ def measure(model_dir: Path) -> dict[str, Any]:
 
 
 def _choice(profile: dict[str, Any]) -> dict[str, Any]:
-    from agentserve.autoscale.spec_schedule import method_acceptance
     from agentserve.drafters import BUNDLED_DRAFTER_DIR
-    from agentserve.speculation_choice import choose_served, drafter_fraction
+    from agentserve.speculation.choice import choose_served, drafter_fraction
+    from agentserve.speculation.schedule import method_acceptance
 
     drafting = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0  # hybrid drafts every step too
     fractions = {"ngram": 0.0, "dflash": drafting, "hybrid": drafting}
@@ -88,7 +88,7 @@ def _write_profiles(docs: Path, rows: list[dict[str, Any]]) -> None:
     from agentserve.autoscale.calibrated_model import served_step_factor, step_terms
     from agentserve.drafters import BUNDLED_DRAFTER_DIR, rows_of_shipped_drafter
     from agentserve.profiles import POOLED
-    from agentserve.speculation_choice import LOADED_BATCH, drafter_fraction, served_factors
+    from agentserve.speculation.choice import LOADED_BATCH, drafter_fraction, served_factors
 
     from agentserve_bench.profile_write import profile_dir, write_profile_section
 
@@ -134,7 +134,7 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
         "`agentserve bench calibrate`: the GEMM part (vLLM's own CPU GEMMs) of a decode step",
         "and of a k=4 verification step (5 tokens per sequence) of the bundled model, per",
         "dtype, and the choice `agentserve up` makes from it where no served figures exist for",
-        "the kind of CPU (agentserve/calibration.py). One row per kind of CPU measured.",
+        "the kind of CPU (agentserve/speculation/calibration.py). One row per kind measured.",
         "",
         "| CPU | dtype | decode ms b=1 | verify k=4 / decode b=1 | b=4 | prefill ms/token "
         "| choice | predicted | date |",
@@ -156,7 +156,7 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
             )
     from agentserve.drafters import default_speculation, has_served_speculation
     from agentserve.model_sources import BUNDLED_MODEL
-    from agentserve.speculation_choice import measured_served_factors
+    from agentserve.speculation.choice import measured_served_factors
 
     served_factor, served_factor_loaded = measured_served_factors()
 
@@ -172,7 +172,7 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
     agree = sorted(r["machine"]["cpu_class"] for r in rows if not r.get("emulated") and _agrees(r))
     lines += [
         "",
-        "The rule (agentserve/speculation_choice.py): per dtype, method and k, predicted speedup",
+        "The rule (agentserve/speculation/choice.py): per dtype, method and k, predicted speedup",
         "= tau(k) x decode / (verify(k) x (1 + drafting share)) x the method's served factor;",
         "speculation only where that is >= 1.15x at batch 1 and >= 1.0x at batch 4, and the",
         "dtype with the shortest nominal agent turn (512-token prefill, 128 tokens out). The",

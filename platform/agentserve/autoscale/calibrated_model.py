@@ -12,15 +12,15 @@ from which measurement:
   served plain step at concurrency 1 over the profile's decode step at batch 1
   (`served_step_factor`), since attention, sampling and the scheduler add to every step
   what the GEMMs do not show.
-- `speculative_step_factor` (and `_loaded`, at batch 4): speculation_choice's (the drafting,
+- `speculative_step_factor` (and `_loaded`, at batch 4): speculation.choice's (the drafting,
   then 1 / the method's served factors), the correction the
   speculation choice
-  (speculation_choice.choose) applies to every predicted speedup, so
+  (speculation.choice.choose) applies to every predicted speedup, so
   the schedule at batch 1 and the calibrated choice weigh a verification step alike. A
   method without a served factor keeps the GEMM ratio (an upper bound of the engine's).
 - `prefill_ms_per_token`, `alpha_1`, `alpha_drop_per_doubling`: from `base`. The profile's
   prefill is the GEMMs of one 128-token chunk without attention, not what chunked prefill
-  costs a running batch; acceptance is the method's (spec_schedule.method_acceptance).
+  costs a running batch; acceptance is the method's (speculation.schedule.method_acceptance).
 
 The profile covers batch x tokens up to 4 x 8 rows; beyond that the fit extrapolates.
 
@@ -53,7 +53,7 @@ from agentserve.autoscale.model import (
 from agentserve.autoscale.served_fit import served_latency_model
 from agentserve.drafters import BUNDLED_DRAFTER_DIR
 from agentserve.spec import BUNDLED_MODEL, DFLASH_METHODS, ModelSpec
-from agentserve.speculation_choice import drafter_fraction, speculative_step_factor
+from agentserve.speculation.choice import drafter_fraction, speculative_step_factor
 
 __all__ = [
     "calibrated_latency_model",

@@ -22,19 +22,19 @@ from agentserve.autoscale.calibrated_model import (
 from agentserve.autoscale.model import CPU_MEASUREMENTS_MACHINE, LatencyModel, drafted_for
 from agentserve.autoscale.policy_types import PolicySpec
 from agentserve.autoscale.ray_policy import policy_spec_from_json
-from agentserve.autoscale.spec_schedule import (
+from agentserve.drafters import rows_of_shipped_drafter
+from agentserve.engine.cpu_info import CpuInfo
+from agentserve.engine.step_costs import profile_cache_path
+from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.spec import DeploymentSpec
+from agentserve.speculation.choice import measured_served_factors
+from agentserve.speculation.schedule import (
     latency_model_for,
     method_acceptance,
     method_draft_rate,
     schedule_for,
     with_default_schedules,
 )
-from agentserve.drafters import rows_of_shipped_drafter
-from agentserve.engine.cpu_info import CpuInfo
-from agentserve.engine.step_costs import profile_cache_path
-from agentserve.model_sources import BUNDLED_MODEL
-from agentserve.spec import DeploymentSpec
-from agentserve.speculation_choice import measured_served_factors
 from profile_fakes import set_profile
 
 try:  # the deployment options Ray Serve gets (ray.serve is already imported by other tests)

@@ -15,17 +15,17 @@ from agentserve.autoscale import calibrated_model
 from agentserve.autoscale.calibrated_model import latency_model_from_profile
 from agentserve.autoscale.model import LatencyModel, drafted_for
 from agentserve.autoscale.served_fit import TERMS, served_latency_model
-from agentserve.autoscale.spec_schedule import (
-    latency_model_for,
-    method_acceptance,
-    method_draft_rate,
-)
 from agentserve.drafters import default_dtype, shipped_drafter
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.engine.step_costs import profile_cache_path
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
-from agentserve.speculation_choice import drafter_fraction
+from agentserve.speculation.choice import drafter_fraction
+from agentserve.speculation.schedule import (
+    latency_model_for,
+    method_acceptance,
+    method_draft_rate,
+)
 from agentserve_bench.fit_latency import read_served_fits
 
 BENCH = Path(__file__).resolve().parents[4] / "docs" / "benchmarks"

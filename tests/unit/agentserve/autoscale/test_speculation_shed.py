@@ -11,21 +11,21 @@ from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_sc
 from agentserve.autoscale.policy import capacity_floor
 from agentserve.autoscale.policy_types import PolicySpec, Snapshot
 from agentserve.autoscale.ray_policy import policy_spec_from_json, policy_spec_to_json
-from agentserve.autoscale.spec_schedule import (
+from agentserve.engine.vllm_args import engine_kwargs
+from agentserve.spec import DeploymentSpec
+from agentserve.spec_defaults import with_default_drafters
+from agentserve.speculation.schedule import (
     latency_model_for,
     schedule_for,
     with_default_schedules,
 )
-from agentserve.engine.vllm_args import engine_kwargs
-from agentserve.spec import DeploymentSpec
-from agentserve.spec_defaults import with_default_drafters
 from agentserve_bench.autoscale.compare import Scenario, policy_spec_for, saturated_capacity
 from agentserve_bench.autoscale.simulate import SimConfig, simulate
 from agentserve_bench.autoscale.trace import Call, Session, Trace, TraceConfig
 from profile_fakes import set_profile
 
 # n-gram's schedule (8 seqs, k 7) from the CPU step model and n-gram's acceptance and draft
-# rate measured through the server (spec_schedule.MEASURED_ACCEPTANCE, MEASURED_DRAFT_RATE);
+# rate measured through the server (speculation.schedule.method_acceptance, method_draft_rate);
 # follows the committed figures
 CPU_SCHEDULE = [[1, 1, 7], [2, 2, 5], [3, 4, 3], [5, 6, 2], [7, 8, 1]]
 

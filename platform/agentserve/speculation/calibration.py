@@ -3,7 +3,7 @@
 Where `agentserve bench speculative-served` has measured this kind of CPU (its profile's
 `speculation`), its figures decide the bundled model's speculation. Anywhere else,
 `agentserve up` times this machine's step costs (engine/step_costs.py: seconds, cached per
-machine and model) and `speculation_choice.choose` picks dtype, method and k from them with
+machine and model) and `speculation.choice.choose` picks dtype, method and k from them with
 each method's measured acceptance (the pooled profile's), scaled by what the served
 benchmark showed vLLM's whole step adds (its served factors). `--speculation`
 and the spec's own drafter and dtype settings still win.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentserve.speculation_choice import Choice, choose_served, drafter_fraction
+from agentserve.speculation.choice import Choice, choose_served, drafter_fraction
 
 __all__ = [
     "DECISIONS_ENV",
@@ -40,8 +40,8 @@ def calibrated_choice(
 ) -> tuple[Choice, dict[str, Any], bool]:
     """(choice, profile, was_cached) for the model at `model_dir` on this machine; DFlash is
     a candidate only when `drafter_dir` (a shipped drafter) is given."""
-    from agentserve.autoscale.spec_schedule import method_acceptance
     from agentserve.engine.step_costs import cached_profile, measure_profile
+    from agentserve.speculation.schedule import method_acceptance
 
     profile, cached = cached_profile(
         model_dir, cache_root, lambda: measure_profile(model_dir, progress=progress)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from agentserve import spec_defaults
-from agentserve.autoscale.spec_schedule import method_acceptance
 from agentserve.drafters import (
     BUNDLED_DRAFTER_DIR,
     default_speculation,
@@ -21,7 +20,7 @@ from agentserve.drafters import (
 from agentserve.engine.cpu_settings import SCHEDULE_OFF, default_settings
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
-from agentserve.speculation_choice import (
+from agentserve.speculation.choice import (
     LOADED_BATCH,
     MIN_GAIN,
     Choice,
@@ -33,8 +32,9 @@ from agentserve.speculation_choice import (
     predicted_speedup,
     served_factors,
 )
+from agentserve.speculation.schedule import method_acceptance
 
-BENCH = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
+BENCH = Path(__file__).resolve().parents[4] / "docs" / "benchmarks"
 DRAFTING = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0
 FRACTIONS = {"ngram": 0.0, "dflash": DRAFTING, "hybrid": DRAFTING}  # hybrid drafts every step
 SERVED_FACTOR, SERVED_FACTOR_LOADED = measured_served_factors()  # the pooled profile's

@@ -1,7 +1,7 @@
 """Choose dtype, speculative method and drafted tokens from a machine's step costs (pure).
 
 A speculative step of k drafted tokens emits tau(k) tokens per sequence (the method's
-measured acceptance, autoscale/spec_schedule.py method_acceptance) and costs a
+measured acceptance, speculation/schedule.py method_acceptance) and costs a
 verification pass of 1 + k tokens plus the drafting. Its speed against plain decoding is
 
     speedup(k, batch) = tau(k, batch) x decode(batch) / (verify(batch, k) + draft(batch, k))
@@ -101,7 +101,7 @@ def served_factors(
     the prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at
     1 (only ever a correction downwards). Methods with no pair are absent. Where a method
     has schedule-off rows on a kind of CPU, only those count there, as in
-    spec_schedule.acceptance_from_served: under the schedule a row's k and tau describe
+    speculation.schedule.acceptance_from_served: under the schedule a row's k and tau describe
     only the batches that drafted."""
     draft_fraction = draft_fraction or {}
     by_class = {p["machine"]["cpu_class"]: p for p in profiles}

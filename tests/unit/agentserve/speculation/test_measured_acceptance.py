@@ -1,5 +1,5 @@
 """The speculation schedule and the capacity model use each method's acceptance as measured
-through the server (spec_schedule.method_acceptance: the pooled profile), not one assumed
+through the server (speculation.schedule.method_acceptance: the pooled profile), not one assumed
 acceptance for all: the profile follows the committed served figures, and a method's
 schedule follows its profile."""
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 from agentserve.autoscale.model import LatencyModel, alpha_from_tau
-from agentserve.autoscale.spec_schedule import (
+from agentserve.drafters import rows_of_shipped_drafter
+from agentserve.spec import DeploymentSpec
+from agentserve.speculation.schedule import (
     acceptance_from_served,
     draft_rate_from_served,
     latency_model_for,
     method_acceptance,
     method_draft_rate,
 )
-from agentserve.drafters import rows_of_shipped_drafter
-from agentserve.spec import DeploymentSpec
 
 FIGURES = Path(__file__).resolve().parents[4] / "docs" / "benchmarks" / "speculative.json"
 
