@@ -93,3 +93,38 @@ def _from_rows(machine, section, values, rows, directory) -> Path:
     command = " ; ".join(sorted({r.get("command", "") for r in rows} - {""}))
     date = max((r.get("date", "") for r in rows), default="") or None
     return write_profile_section(machine, section, values, command, SERVED_ROWS, directory, date)
+
+
+def engine_values(settings: str) -> dict[str, Any]:
+    """The profile's `engine` values of a named settings bundle (cpu_settings.SETTINGS)."""
+    from agentserve.engine.cpu_settings import SETTINGS
+
+    bundle = SETTINGS[settings]
+    return {
+        "executor": bundle["AGENTSERVE_CPU_EXECUTOR"],
+        "allocator": bundle["AGENTSERVE_CPU_MALLOC"],
+        "quiet_ray": bundle["AGENTSERVE_RAY_ENV"] == "quiet",
+    }
+
+
+def write_engine_profile(
+    machine: str, records: list[dict[str, Any]], command: str, directory: Path = PROFILE_DIR
+) -> Path | None:
+    """From one run's served rows on `machine` comparing two or more named settings
+    bundles: the bundle serving the shortest reply (served_rows.settings_scores) as the
+    kind's `engine` section; None (nothing written) where the run compared fewer, or its
+    best is a variant (another dtype, the schedule off) rather than a named bundle."""
+    from agentserve.engine.cpu_settings import SETTINGS
+
+    from agentserve_bench.served_rows import settings_scores
+
+    scores = settings_scores(records)
+    timed = {name: s for name, s in scores.items() if s.get("reply_s") is not None}
+    if len(timed) < 2:
+        return None
+    best = min(timed, key=lambda name: timed[name]["reply_s"])
+    if best not in SETTINGS:
+        return None
+    return write_profile_section(
+        machine, "engine", engine_values(best), command, SERVED_ROWS, directory
+    )

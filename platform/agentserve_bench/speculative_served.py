@@ -40,7 +40,11 @@ from agentserve.spec import DeploymentSpec
 
 from agentserve_bench.arg_types import ints
 from agentserve_bench.heldout_workloads import HALVES
-from agentserve_bench.profile_write import profile_dir, write_served_profiles
+from agentserve_bench.profile_write import (
+    profile_dir,
+    write_engine_profile,
+    write_served_profiles,
+)
 from agentserve_bench.served_client import (
     WORKLOADS,
     level_figures,
@@ -352,6 +356,9 @@ def run(args: argparse.Namespace) -> int:
         records, scores, default, Path(args.docs), command=command,
         wall_s=time.perf_counter() - started, machine=machine, keep_served=keep,
     )  # fmt: skip
+    directory = profile_dir(Path(args.docs))
+    engine = directory and write_engine_profile(machine["cpu_class"], records, command, directory)
+    out += [engine] if engine else []  # a run comparing settings bundles: the fastest
     if args.keep_other_rows:  # the default and its flags from every row of this kind of CPU,
         print(f"this run's rows alone: default {default}; scores {scores}")  # not these alone
         return report_only(args, machine["cpu_class"])

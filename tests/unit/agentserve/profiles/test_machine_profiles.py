@@ -129,3 +129,39 @@ def test_the_benches_writers_give_the_shipped_profiles_from_the_committed_rows(t
     for machine, sections in _values(directory).items():
         for name, values in sections.items():
             assert shipped[machine][name] == values, f"{machine}.json {name}: rerun its bench"
+
+
+def _served(settings: str, method: str, ttft_ms: float, decode: float) -> dict:
+    return {
+        "path": "served", "server": "agentserve", "settings": settings, "method": method,
+        "num_speculative_tokens": 0 if method == "none" else 4, "workload": "coding",
+        "concurrency": 1, "ttft_ms_p50": ttft_ms, "decode_tokens_per_s": decode,
+        "throughput_tokens_per_s": decode,
+        "output_tokens": 64, "requests": 1, "command": "agentserve bench speculative-served",
+        "machine": {"cpu_class": "avx2"},
+    }  # fmt: skip
+
+
+def test_a_run_comparing_settings_bundles_writes_the_fastest_as_the_engine_section(tmp_path):
+    from agentserve_bench.profile_write import write_engine_profile
+
+    rows = [_served("all-gomp", "none", 300, 20), _served("all-gomp-uni-quiet", "none", 200, 30)]
+    assert write_engine_profile("avx2", rows, "agentserve bench x", tmp_path) is not None
+    engine = load_profile(tmp_path / "avx2.json").value("engine")
+    assert (engine.executor, engine.allocator, engine.quiet_ray) == ("uni", "glibc", True)
+    # one bundle measured: nothing compared, nothing written
+    assert write_engine_profile("amx", rows[:1], "agentserve bench x", tmp_path) is None
+    assert not (tmp_path / "amx.json").exists()
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_each_engine_section_is_a_named_settings_bundle(path):
+    """The engine section maps back to the bundle `default_settings` names, so the served
+    rows labelled with it are the ones that chose it."""
+    from agentserve.engine.cpu_settings import SETTINGS, default_settings
+    from agentserve_bench.profile_write import engine_values
+
+    engine = load_profile(path).value("engine")
+    if engine is not None:
+        name = default_settings(path.stem)
+        assert name in SETTINGS and engine_values(name) == engine.model_dump()
