@@ -18,7 +18,8 @@ slowest thread). Ray's defaults cost twice on such a machine:
 little, as the token path now preempts the engine's threads), the control loop to 0.5 s
 (autoscaling decisions come up to 0.4 s later; a replica takes tens of seconds to start)
 and metrics export to 1 s (Ray's metrics only; agentserve's /metrics reads the replicas
-itself). QUIET_BY_CPU holds, per kind of CPU, whether it is the default there, from the
+itself). The kind of CPU's profile (profiles/<cpu_class>.json, engine.quiet_ray) holds
+whether it is the default there, from the
 measurements (docs/benchmarks.md, "Reading the served figures" and "ray-priority"); a kind
 never measured keeps Ray's defaults. `AGENTSERVE_RAY_ENV=quiet|ray`
 overrides; any of the variables set in the environment wins over both.
@@ -40,7 +41,6 @@ from collections.abc import Mapping, MutableMapping
 
 __all__ = [
     "QUIET",
-    "QUIET_BY_CPU",
     "RAY_DEFAULTS",
     "RAY_ENVS",
     "UNREAD",
@@ -65,13 +65,6 @@ UNREAD: dict[str, str] = {
     "RAY_enable_metrics_collection": "0",  # RayConfig: no metrics recorded or exported
     "RAY_task_events_report_interval_ms": "0",  # RayConfig: 0 = no task events to the GCS
 }
-# cpu_class -> quiet (True) or Ray's defaults, from the served bench's settings rows
-# amx: Serve's threads at nice 0 cut TTFT p50 to 0.69x at c=1 and 0.60x at c=4 (lower in 5 of
-# 5 interleaved rounds, `agentserve bench ray-priority`); decoding 0.88-0.92x there, 1.04x in
-# an earlier run: a trade on 2 cores, taken for TTFT (docs/benchmarks.md)
-# avx512_bf16 (AMD EPYC, 2026-11-27): uni + quiet served plain 1.31x / 1.27x all-gomp (c=1 / c=4)
-# avx2 (AMD EPYC, 2026-11-29): uni + quiet, as on avx512_bf16 (engine/cpu_settings.py)
-QUIET_BY_CPU: dict[str, bool] = {"amx": True, "avx512_bf16": True, "avx2": True}
 
 
 def ray_env_name(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> str:
@@ -87,7 +80,10 @@ def ray_env_name(environ: Mapping[str, str] | None = None, cpu_class: str | None
         from agentserve.engine.cpu_info import read_cpu_info
 
         cpu_class = read_cpu_info().cpu_class
-    return "quiet" if QUIET_BY_CPU.get(cpu_class, False) else "ray"
+    from agentserve import profiles
+
+    measured = profiles.section(cpu_class, "engine")
+    return "quiet" if measured is not None and measured.quiet_ray else "ray"
 
 
 def apply_ray_env(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Defaults decided from a DeploymentSpec before it is served: the speculative method of each
 model whose spec leaves it open, and the drafted tokens by batch size of each drafter left at
-`speculation_schedule: auto` (autoscale/spec_schedule.py `with_default_schedules`); on GPU
+`speculation_schedule: auto` (speculation/schedule.py `with_default_schedules`); on GPU
 replicas the catalog's DFlash drafter and the model's own context length
 (device_defaults.py), and on `up` with CUDA visible, GPU replicas where the spec leaves
 replicas.num_gpus unset.
@@ -17,14 +17,13 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from agentserve.autoscale.spec_schedule import with_default_schedules
 from agentserve.device_defaults import with_catalog_drafters, with_context_lengths, with_gpus
 from agentserve.drafters import (
-    DEFAULT_SPECULATION,
     default_dtype,
     default_speculation,
     default_speculation_reason,
     default_speculation_tokens,
+    has_served_speculation,
     machine_class,
     shipped_drafter,
 )
@@ -36,7 +35,8 @@ from agentserve.spec import (
     spec_from_dict,
 )
 from agentserve.spec.drafter import tokens_for_block
-from agentserve.speculation_choice import Choice
+from agentserve.speculation.choice import Choice
+from agentserve.speculation.schedule import with_default_schedules
 from dflash.config import DFlashConfig
 
 __all__ = [
@@ -151,9 +151,9 @@ def resolve_drafters(
 ) -> tuple[DeploymentSpec, list[str]]:
     """`with_default_drafters` with the shipped drafters and the default methods: measured
     through the server for this kind of machine (agentserve.drafters), else calibrated on
-    this machine (agentserve.calibration; `progress` hears about a first measurement). The
-    spec as `agentserve up` serves it, and notes for the user; `decisions` (when given)
-    receives {model: how its speculation was decided} for the metrics.
+    this machine (agentserve.speculation.calibration; `progress` hears about a first
+    measurement). The spec as `agentserve up` serves it, and notes for the user;
+    `decisions` (when given) receives {model: how its speculation was decided} for the metrics.
 
     `machine`: the kind of machine the replicas run on (a cpu_class or "cuda"), when it is
     not this one: the operator passes it, and no calibration runs (this machine's step
@@ -225,7 +225,7 @@ def with_device_defaults(
 
 def with_default_dtype(spec: DeploymentSpec, dtype: str | None) -> DeploymentSpec:
     """`spec` with the bundled model served on CPU in `dtype` (the one measured fastest
-    through the server on the replicas' kind of CPU, agentserve.drafters.DEFAULT_DTYPE)
+    through the server on the replicas' kind of CPU, its machine profile)
     where its spec leaves dtype unset, speculating or not (`--no-drafter` included, so the
     two compare like for like); None, or a spec that sets dtype, keeps the spec's."""
     if dtype is None:
@@ -243,7 +243,7 @@ def with_default_dtype(spec: DeploymentSpec, dtype: str | None) -> DeploymentSpe
 
 
 def _measured(machine: str) -> bool:
-    return (BUNDLED_MODEL, machine) in DEFAULT_SPECULATION
+    return has_served_speculation(BUNDLED_MODEL, machine)
 
 
 def _calibrate(spec, flag, machine, progress) -> Choice | None:
@@ -266,8 +266,8 @@ def _calibrate(spec, flag, machine, progress) -> Choice | None:
 
 def _calibrate_choice(machine: str, progress: Callable[[str], None] | None) -> Choice:
     """This machine's calibrated choice for the bundled model (cached per machine)."""
-    from agentserve.calibration import calibrated_choice
     from agentserve.model_sources import cache_root, resolve_model
+    from agentserve.speculation.calibration import calibrated_choice
 
     model_dir = resolve_model(BUNDLED_MODEL, progress=progress is not None)
     if progress:

@@ -3,7 +3,7 @@ embedded default makes from it, into docs/benchmarks/calibration.json and benchm
 
 The profile is what `agentserve up` measures at a first start on a kind of CPU without
 served figures (engine/step_costs.py); recording it here lets the decision logic be tested
-against real profiles of each kind of machine, and lets speculation_choice.served_factors
+against real profiles of each kind of machine, and lets speculation.choice.served_factors
 compare the prediction with the served benchmark where both exist.
 
 Each kind of CPU is recorded on a machine of that kind: the GEMMs are vLLM's own CPU
@@ -44,13 +44,13 @@ def measure(model_dir: Path) -> dict[str, Any]:
 
 
 def _choice(profile: dict[str, Any]) -> dict[str, Any]:
-    from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE
     from agentserve.drafters import BUNDLED_DRAFTER_DIR
-    from agentserve.speculation_choice import choose_served, drafter_fraction
+    from agentserve.speculation.choice import choose_served, drafter_fraction
+    from agentserve.speculation.schedule import method_acceptance
 
     drafting = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0  # hybrid drafts every step too
     fractions = {"ngram": 0.0, "dflash": drafting, "hybrid": drafting}
-    choice = choose_served(profile, MEASURED_ACCEPTANCE, fractions)
+    choice = choose_served(profile, method_acceptance(), fractions)
     return {k: v for k, v in choice.as_dict().items() if k != "candidates"}
 
 
@@ -74,11 +74,55 @@ def run(args: argparse.Namespace) -> int:
         row["choice"] = _choice(row)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rows, indent=1) + "\n")
+    _write_profiles(docs, rows)
     from agentserve_bench.report import replace_section
 
     replace_section(docs / "benchmarks.md", "calibration", calibration_section(rows))
     print(calibration_section(rows))
     return 0
+
+
+def _write_profiles(docs: Path, rows: list[dict[str, Any]]) -> None:
+    """Each measured kind's `step_terms` and the pooled served factors into the profiles
+    (the served factors pair these profiles with the served rows of speculative.json)."""
+    from agentserve.autoscale.calibrated_model import served_step_factor, step_terms
+    from agentserve.drafters import BUNDLED_DRAFTER_DIR, rows_of_shipped_drafter
+    from agentserve.profiles import POOLED
+    from agentserve.speculation.choice import LOADED_BATCH, drafter_fraction, served_factors
+
+    from agentserve_bench.profile_write import profile_dir, write_profile_section
+
+    directory = profile_dir(docs)
+    if directory is None:
+        return
+    source = "docs/benchmarks/calibration.json"
+    for r in rows:
+        if r.get("emulated"):
+            continue
+        terms = {d: dict(zip(_TERMS, step_terms(r, d), strict=True)) for d in r["dtypes"]}
+        write_profile_section(
+            r["machine"]["cpu_class"], "step_terms", terms, r["command"], source, directory,
+            r.get("date"),
+        )  # fmt: skip
+    served = rows_of_shipped_drafter(
+        json.loads((docs / "benchmarks" / "speculative.json").read_text())
+    )
+    drafting = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0
+    fractions = {"ngram": 0.0, "dflash": drafting, "hybrid": drafting}
+    factors = {
+        "batch_1": served_factors(rows, served, fractions),
+        "loaded": served_factors(rows, served, fractions, LOADED_BATCH),
+        "step": served_step_factor(rows, served),
+    }
+    write_profile_section(
+        POOLED, "served_factor", factors,
+        "agentserve bench calibrate ; agentserve bench speculative-served",
+        f"{source}, docs/benchmarks/speculative.json", directory,
+        max(r.get("date", "") for r in [*rows, *served]) or None,
+    )  # fmt: skip
+
+
+_TERMS = ("base_ms", "knee_tokens", "per_token_ms")
 
 
 def calibration_section(rows: list[dict[str, Any]]) -> str:
@@ -90,7 +134,7 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
         "`agentserve bench calibrate`: the GEMM part (vLLM's own CPU GEMMs) of a decode step",
         "and of a k=4 verification step (5 tokens per sequence) of the bundled model, per",
         "dtype, and the choice `agentserve up` makes from it where no served figures exist for",
-        "the kind of CPU (agentserve/calibration.py). One row per kind of CPU measured.",
+        "the kind of CPU (agentserve/speculation/calibration.py). One row per kind measured.",
         "",
         "| CPU | dtype | decode ms b=1 | verify k=4 / decode b=1 | b=4 | prefill ms/token "
         "| choice | predicted | date |",
@@ -110,32 +154,35 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
                 f"| {costs['prefill_ms_per_token']:.3f} | {pick} "
                 f"| {c.get('predicted_speedup', 1.0):.2f}x | {r.get('date', '')} |"
             )
-    from agentserve.drafters import DEFAULT_SPECULATION
+    from agentserve.drafters import default_speculation, has_served_speculation
     from agentserve.model_sources import BUNDLED_MODEL
-    from agentserve.speculation_choice import SERVED_FACTOR, SERVED_FACTOR_LOADED
+    from agentserve.speculation.choice import measured_served_factors
+
+    served_factor, served_factor_loaded = measured_served_factors()
 
     def _factors(table: dict[str, float]) -> str:
         return ", ".join(f"{m} {f:.2f}" for m, f in sorted(table.items()))
 
     def _agrees(r: dict[str, Any]) -> bool:  # the served default, where there is one
-        key = (BUNDLED_MODEL, r["machine"]["cpu_class"])
+        machine = r["machine"]["cpu_class"]
         chosen = (r.get("choice") or {}).get("method")
-        return key in DEFAULT_SPECULATION and DEFAULT_SPECULATION[key] == chosen
+        measured = has_served_speculation(BUNDLED_MODEL, machine)
+        return measured and default_speculation(BUNDLED_MODEL, machine) == chosen
 
     agree = sorted(r["machine"]["cpu_class"] for r in rows if not r.get("emulated") and _agrees(r))
     lines += [
         "",
-        "The rule (agentserve/speculation_choice.py): per dtype, method and k, predicted speedup",
+        "The rule (agentserve/speculation/choice.py): per dtype, method and k, predicted speedup",
         "= tau(k) x decode / (verify(k) x (1 + drafting share)) x the method's served factor;",
         "speculation only where that is >= 1.15x at batch 1 and >= 1.0x at batch 4, and the",
         "dtype with the shortest nominal agent turn (512-token prefill, 128 tokens out). The",
         "served factor is the measured served speedup over the speedup predicted from the",
         "profile with the row's own tau and drafting share, the lowest over the served rows",
         "of the default engine settings, at concurrency 1 for batch 1",
-        f"({_factors(SERVED_FACTOR)}) and at concurrency 4 for batch 4",
-        f"({_factors(SERVED_FACTOR_LOADED)}): vLLM's whole speculative step costs more than",
+        f"({_factors(served_factor)}) and at concurrency 4 for batch 4",
+        f"({_factors(served_factor_loaded)}): vLLM's whole speculative step costs more than",
         "its GEMMs and the drafting, and its fixed part weighs less in a bigger batch. On a",
-        "kind of CPU with served figures (DEFAULT_SPECULATION) those decide; the calibrated",
+        "kind of CPU with served figures (its profile) those decide; the calibrated",
         f"method agrees with them on {', '.join(agree) or 'none'}.",
     ]
     return "\n".join(lines)

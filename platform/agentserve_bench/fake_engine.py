@@ -56,7 +56,7 @@ from agentserve.engine.protocol import (
     EngineStats,
     EngineUnavailableError,
 )
-from agentserve.engine.spec_by_batch import SpecByBatch
+from agentserve.speculation.by_batch import SpecByBatch
 
 from agentserve_bench.fake_embed import DEFAULT_EMBED_SIZE, fake_embeddings
 from agentserve_bench.fake_prefix import FakePrefixCache

@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import random
+import shlex
 import statistics
 import sys
 import uuid
@@ -38,7 +39,7 @@ from agentserve.autoscale.model import Measurement, fit
 from agentserve_bench.arg_types import ints
 from agentserve_bench.served_client import Reply, stream_chat
 
-__all__ = ["add_parser", "fit_latency", "latency_section", "measure", "run"]
+__all__ = ["add_parser", "fit_latency", "latency_section", "measure", "read_served_fits", "run"]
 
 _WORDS = [
     "table",
@@ -156,6 +157,43 @@ def latency_section(model: str, section: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def read_served_fits(bench_dir: Path) -> dict[str, dict[str, tuple]]:
+    """{cpu_class: {dtype: terms}} as the committed figures files in `bench_dir` give it:
+    each fit_latency_<cpu_class>.json's `latency_model`, under the dtype `agentserve up`
+    serves the bundled model in on that kind of CPU."""
+    from agentserve.autoscale.served_fit import FILE_PREFIX, TERMS
+    from agentserve.drafters import default_dtype
+    from agentserve.spec import BUNDLED_MODEL
+
+    out: dict[str, dict[str, tuple]] = {}
+    for path in sorted(bench_dir.glob(f"{FILE_PREFIX}*.json")):
+        kind = path.stem.removeprefix(FILE_PREFIX)
+        section = json.loads(path.read_text(encoding="utf-8"))["latency_model"]
+        dtype = default_dtype(BUNDLED_MODEL, kind) or "bfloat16"
+        out[kind] = {dtype: tuple(float(section[t]) for t in TERMS)}
+    return out
+
+
+def _write_profile(out: Path, section: dict[str, float]) -> None:
+    """A figures file named docs/benchmarks/fit_latency_<cpu_class>.json in a checkout (the
+    kind of CPU the served replica ran on) also sets that kind's `served_fit` in its
+    profile, under the dtype `agentserve up` serves the bundled model in there."""
+    from agentserve.autoscale.served_fit import FILE_PREFIX
+    from agentserve.drafters import default_dtype
+    from agentserve.spec import BUNDLED_MODEL
+
+    from agentserve_bench.profile_write import profile_dir, write_profile_section
+
+    directory = profile_dir(out.resolve().parent.parent)
+    if not out.stem.startswith(FILE_PREFIX) or directory is None:
+        return
+    machine = out.stem.removeprefix(FILE_PREFIX)
+    dtype = default_dtype(BUNDLED_MODEL, machine) or "bfloat16"
+    command = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    rows = f"docs/benchmarks/{out.name}"
+    write_profile_section(machine, "served_fit", {dtype: section}, command, rows, directory)
+
+
 def add_parser(kinds: argparse._SubParsersAction) -> None:
     p = kinds.add_parser(
         "fit-latency",
@@ -217,5 +255,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.out is not None:
         args.out.write_text(json.dumps({"figures": figures, "latency_model": section}, indent=2))
+        _write_profile(args.out, section)
     print(latency_section(args.model, section))
     return 0

@@ -18,6 +18,7 @@ __all__ = [
     "MIN_LOADED_SPEEDUP",
     "by_machine",
     "by_proposer",
+    "deciding",
     "fill_ratios",
     "hybrid_steps",
     "method_scores",
@@ -146,7 +147,7 @@ def fill_ratios(
             extra["greedy_identical"] = f"{same}/{len(plain_replies)}"
         want = default_method or "none"
         at_k = default_k is None or r.get("num_speculative_tokens") == default_k
-        extra["default"] = _deciding(r) and r["method"] == want and at_k
+        extra["default"] = deciding(r) and r["method"] == want and at_k
         out.append({**r, **extra})
     return out
 
@@ -173,7 +174,7 @@ def machine_default_settings(r: dict[str, Any]) -> str:
     return default_settings(r.get("machine", {}).get("cpu_class", "other"))
 
 
-def _deciding(r: dict[str, Any]) -> bool:
+def deciding(r: dict[str, Any]) -> bool:
     """A record the default is decided from: agentserve, served, the default settings of
     its kind of CPU (rows without a label predate the labels: DEFAULT_SETTINGS), never a
     row of the reporting half (rows without a half predate the split and still decide until
@@ -193,7 +194,7 @@ def method_scores(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]
     over workloads and concurrencies, and whether it passes the default's bar."""
     cells: dict[tuple[str, int], dict[tuple[str, int], float]] = {}
     for r in records:
-        if not _deciding(r) or r["method"] == "none":
+        if not deciding(r) or r["method"] == "none":
             continue
         if r.get("speedup_vs_plain") is None:
             continue

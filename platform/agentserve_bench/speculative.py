@@ -17,14 +17,6 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
-from agentserve.autoscale.spec_schedule import with_speculation_schedule
-from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
-from agentserve.engine.hybrid_drafter import (
-    STATS_INTERVAL_S,
-    proposer_rows,
-    read_stats,
-    with_stats_path,
-)
 from agentserve.engine.vllm_args import (
     hybrid_config,
     shutdown_offline,
@@ -32,6 +24,14 @@ from agentserve.engine.vllm_args import (
     speculative_config,
 )
 from agentserve.spec import DeploymentSpec
+from agentserve.speculation.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
+from agentserve.speculation.hybrid_drafter import (
+    STATS_INTERVAL_S,
+    proposer_rows,
+    read_stats,
+    with_stats_path,
+)
+from agentserve.speculation.schedule import with_speculation_schedule
 
 from dflash.train.responses import cpu_engine_env
 

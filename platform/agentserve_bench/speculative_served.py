@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import shlex
 import sys
@@ -39,6 +40,11 @@ from agentserve.spec import DeploymentSpec
 
 from agentserve_bench.arg_types import ints
 from agentserve_bench.heldout_workloads import HALVES
+from agentserve_bench.profile_write import (
+    profile_dir,
+    write_engine_profile,
+    write_served_profiles,
+)
 from agentserve_bench.served_client import (
     WORKLOADS,
     level_figures,
@@ -263,8 +269,6 @@ def report_only(args: argparse.Namespace, cpu_class: str | None = None) -> int:
     rows (no measurement): after the default settings or the rule change. The section's
     header and the printed scores are `cpu_class`'s (default: the most recently measured
     kind of CPU)."""
-    import json
-
     figures = Path(args.docs) / "benchmarks" / "speculative.json"
     served = [r for r in json.loads(figures.read_text()) if r.get("path") == "served"]
     records: list[dict[str, Any]] = []
@@ -285,9 +289,19 @@ def report_only(args: argparse.Namespace, cpu_class: str | None = None) -> int:
         records, scores, default, Path(args.docs), command=commands, wall_s=0.0,
         machine=latest,
     )  # fmt: skip
+    out += _write_profiles(Path(args.docs), records)
     print(f"default by the served rule: {default}; scores {scores}")
     print(f"written: {', '.join(map(str, out))}")
     return 0
+
+
+def _write_profiles(docs: Path, records: list[dict[str, Any]], machines=None) -> list[Path]:
+    """The profiles' speculation and acceptance sections from the served rows (every kind
+    of machine's, or the `machines` given): a re-measure updates the profile, not code."""
+    directory = profile_dir(docs)
+    if directory is None:
+        return []
+    return write_served_profiles(rows_of_shipped_drafter(records), machines, directory)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -342,9 +356,15 @@ def run(args: argparse.Namespace) -> int:
         records, scores, default, Path(args.docs), command=command,
         wall_s=time.perf_counter() - started, machine=machine, keep_served=keep,
     )  # fmt: skip
+    directory = profile_dir(Path(args.docs))
+    engine = directory and write_engine_profile(machine["cpu_class"], records, command, directory)
+    out += [engine] if engine else []  # a run comparing settings bundles: the fastest
     if args.keep_other_rows:  # the default and its flags from every row of this kind of CPU,
         print(f"this run's rows alone: default {default}; scores {scores}")  # not these alone
         return report_only(args, machine["cpu_class"])
+    figures = Path(args.docs) / "benchmarks" / "speculative.json"
+    every = json.loads(figures.read_text())  # the pooled fits read every kind's rows
+    out += _write_profiles(Path(args.docs), every, {machine["cpu_class"]})
     print(f"default by the served rule: {default}; scores {scores}")
     print(f"written: {', '.join(map(str, out))}")
     return 0
@@ -411,7 +431,7 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         type=lambda t: [x or None for x in t.split(",")],
         default=[None],
         help="comma list of model dtypes to compare ('' = the one agentserve up serves in on "
-        "this kind of CPU: agentserve.drafters.DEFAULT_DTYPE, else the spec's bfloat16); rows "
+        "this kind of CPU: its profile (agentserve/profiles), else the spec's bfloat16); rows "
         "of a dtype named here are labelled SETTINGS/DTYPE and never decide the default "
         "(default: '')",
     )

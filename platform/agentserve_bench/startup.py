@@ -13,7 +13,7 @@ After the first start, held-out coding conversations (served_client) go through 
 API one at a time: decode tokens/s and TTFT, the price of each mode.
 
 `compile_choice` turns the rows into the choice for this kind of CPU (rule below);
-cpu_settings.COMPILE_BY_CPU holds it, and a unit test keeps the two equal.
+the profile of this kind of CPU (agentserve/profiles) records it.
 Records: docs/benchmarks/startup.json (a list; this machine's class's rows replaced).
 """
 
@@ -158,11 +158,22 @@ def run(args: argparse.Namespace) -> int:
     if choice:
         records.append({**choice, **common})
         print(f"choice for {cpu.cpu_class}: {'compile' if choice['compile'] else 'eager'} {choice}")
+        _write_profile(Path(args.docs), cpu.cpu_class, choice["compile"], command)
     # the class's scale-up rows come from `bench autoscale-live` (live_scale_up): kept
     old = json.loads(path.read_text()) if path.exists() else []
     records += [r for r in old if is_scale_up(r, cpu.cpu_class)]
     write_machine_rows(args.docs, "startup", records, cpu.cpu_class, startup_section)
     return 0
+
+
+def _write_profile(docs: Path, cpu_class: str, compiled: bool, command: str) -> None:
+    """This kind of CPU's `compile` choice into its profile (agentserve/profiles)."""
+    from agentserve_bench.profile_write import profile_dir, write_profile_section
+
+    directory = profile_dir(docs)
+    if directory is not None:
+        rows = "docs/benchmarks/startup.json"
+        write_profile_section(cpu_class, "compile", compiled, command, rows, directory)
 
 
 _PHASES = ("ray_up", "engine", "weights_load", "compile", "engine_init", "first_token")
@@ -203,7 +214,7 @@ def startup_section(rows: list[dict[str, Any]]) -> str:
                 f"\n**{r['machine']['cpu_class']}** ({r['machine']['model']}, "
                 f"{r['date']}): `{r['command']}` -> **{mode}** (eager decode "
                 f"{r['eager_decode_ratio']}x compiled; mean ready {r['ready_s_mean']}; "
-                f"rule: {r['rule']}). `agentserve.engine.cpu_settings.COMPILE_BY_CPU` holds it."
+                f"rule: {r['rule']}). The kind of CPU's profile (agentserve/profiles) holds it."
             )
     return "\n".join(lines) + "\n"
 
@@ -250,7 +261,7 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         description="Starts the embedded platform (agentserve up's app, plain decoding) twice "
         "per compile mode, splitting each start into phases, and measures served decode "
         "speed after the first; writes docs/benchmarks/startup.json with the choice for this "
-        "kind of CPU (agentserve.engine.cpu_settings.COMPILE_BY_CPU holds it). Run it with "
+        "kind of CPU (its profile in agentserve/profiles holds it). Run it with "
         "nothing else on the machine.",
     )
     p.add_argument(

@@ -1,6 +1,6 @@
 """`agentserve up` with no spec, as the README runs it (plus `--traces`): local Ray, vLLM
 (CPU build), the bundled model with the speculation measured fastest for it through the
-server on this kind of CPU (agentserve.drafters' DEFAULT_SPECULATION) or, where that is plain
+server on this kind of CPU (its machine profile, agentserve/profiles) or, where that is plain
 decoding (a kind of CPU with no served figures), with `--speculation ngram`, so drafting is
 exercised either way (the plain default itself: tests/unit/agentserve/test_default_speculation.py
 and test_cli_up.py); the openai client (chat

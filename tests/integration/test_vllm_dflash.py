@@ -12,7 +12,8 @@ import json
 
 import pytest
 import torch
-from agentserve.drafters import DEFAULT_SPECULATION_TOKENS, shipped_drafter
+from agentserve import profiles
+from agentserve.drafters import default_speculation_tokens, shipped_drafter
 from agentserve.model_sources import BUNDLED_MODEL, resolve_model
 from agentserve_bench.speculative import vllm_runs
 from safetensors.torch import save_file
@@ -25,7 +26,10 @@ from dflash.train.prompts import chat_prompt_ids
 pytestmark = pytest.mark.slow
 
 EAGER = {"enforce_eager": True}  # 30 s engine starts; the decode path is the same
-NGRAM_K = max(DEFAULT_SPECULATION_TOKENS.values())  # the longest draft a default makes
+NGRAM_K = max(  # the longest draft a default makes
+    default_speculation_tokens(BUNDLED_MODEL, p.stem) or 0
+    for p in profiles.PROFILE_DIR.glob("*.json")
+)
 
 TEXTS = [
     "What is 12 plus 30?",

@@ -8,30 +8,31 @@ from which measurement:
 
 - `base_ms`, `knee_tokens`, `per_token_ms`: model.fit over every point of the profile in the
   dtype served (batch b verifying t tokens per sequence -> Measurement(b, t - 1, step_ms)),
-  i.e. the roofline of the step's GEMMs, then times SERVED_STEP_FACTOR: a served plain step
-  at concurrency 1 over the profile's decode step at batch 1 (`served_step_factor`), since
-  attention, sampling and the scheduler add to every step what the GEMMs do not show.
-- `speculative_step_factor` (and `_loaded`, at batch 4): speculation_choice's (the drafting,
-  then 1 / SERVED_FACTOR[method], 1 / SERVED_FACTOR_LOADED[method]), the correction the
+  i.e. the roofline of the step's GEMMs, then times the pooled profile's step factor: a
+  served plain step at concurrency 1 over the profile's decode step at batch 1
+  (`served_step_factor`), since attention, sampling and the scheduler add to every step
+  what the GEMMs do not show.
+- `speculative_step_factor` (and `_loaded`, at batch 4): speculation.choice's (the drafting,
+  then 1 / the method's served factors), the correction the
   speculation choice
-  (speculation_choice.choose) applies to every predicted speedup, so
+  (speculation.choice.choose) applies to every predicted speedup, so
   the schedule at batch 1 and the calibrated choice weigh a verification step alike. A
   method without a served factor keeps the GEMM ratio (an upper bound of the engine's).
 - `prefill_ms_per_token`, `alpha_1`, `alpha_drop_per_doubling`: from `base`. The profile's
   prefill is the GEMMs of one 128-token chunk without attention, not what chunked prefill
-  costs a running batch; acceptance is the method's (spec_schedule.MEASURED_ACCEPTANCE).
+  costs a running batch; acceptance is the method's (speculation.schedule.method_acceptance).
 
 The profile covers batch x tokens up to 4 x 8 rows; beyond that the fit extrapolates.
 
 `calibrated_latency_model(model, base, machine)` finds the machine's model: the step costs
-measured through the server on its kind of CPU (served_fit.SERVED_FITS, `agentserve bench
+measured through the server on its kind of CPU (its profile's served_fit, `agentserve bench
 fit-latency`), else a profile: this machine's cached calibration (the one `agentserve up`
-measured), else the profile recorded for its kind of CPU (RECORDED_STEP_TERMS, from
+measured), else the step terms recorded in its kind of CPU's profile (`step_terms`, from
 docs/benchmarks/calibration.json). Where the whole-engine fit (model.CPU_MEASUREMENTS,
 measured through vLLM on CPU_MEASUREMENTS_MACHINE) holds for the machine, it wins over a
 profile: the same order as speculation (served figures, then calibration). GPUs: no GEMM
 profile is measured there yet; a profile measured on a GPU the same way goes through the
-same functions (RECORDED_STEP_TERMS["cuda"]), none is invented.
+same functions (profiles/cuda.json), none is invented.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from agentserve import profiles
 from agentserve.autoscale.model import (
     CPU_MEASUREMENTS_MACHINE,
     LatencyModel,
@@ -51,31 +53,26 @@ from agentserve.autoscale.model import (
 from agentserve.autoscale.served_fit import served_latency_model
 from agentserve.drafters import BUNDLED_DRAFTER_DIR
 from agentserve.spec import BUNDLED_MODEL, DFLASH_METHODS, ModelSpec
-from agentserve.speculation_choice import drafter_fraction, speculative_step_factor
+from agentserve.speculation.choice import drafter_fraction, speculative_step_factor
 
 __all__ = [
-    "RECORDED_STEP_TERMS",
-    "SERVED_STEP_FACTOR",
     "calibrated_latency_model",
     "latency_model_from_profile",
+    "measured_step_factor",
     "served_step_factor",
     "step_terms",
 ]
 
 StepTerms = tuple[float, float, float]  # (base_ms, knee_tokens, per_token_ms) of the GEMMs
 
-# served plain decode step at concurrency 1 / the profile's GEMM decode step at batch 1, the
-# largest over the kinds of CPU with both (`served_step_factor` over
-# docs/benchmarks/calibration.json and speculative.json; a unit test holds this equal)
-SERVED_STEP_FACTOR = 2.856
 
-# {machine kind: {dtype: step_terms(profile, dtype)}} of the bundled model's profiles
-# recorded by `agentserve bench calibrate` (docs/benchmarks/calibration.json; a unit test
-# holds this equal). A kind with a whole-engine fit (CPU_MEASUREMENTS_MACHINE) keeps that.
-RECORDED_STEP_TERMS: dict[str, dict[str, StepTerms]] = {
-    "amx": {"bfloat16": (25.117, 0.0, 0.0), "float32": (32.514, 0.0, 1.4235)},
-    "avx512_bf16": {"bfloat16": (7.731, 5.0, 0.29), "float32": (14.322, 5.0, 0.5485)},
-}
+def measured_step_factor() -> float:
+    """A served plain decode step at concurrency 1 over the profile's GEMM decode step at
+    batch 1, the largest over the kinds of CPU with both (`served_step_factor` over
+    docs/benchmarks/calibration.json and speculative.json): the pooled profile's; 1.0 (the
+    GEMMs alone) where unmeasured."""
+    factors = profiles.section(profiles.POOLED, "served_factor")
+    return 1.0 if factors is None else factors.step
 
 
 def step_terms(profile: Mapping[str, Any], dtype: str) -> StepTerms:
@@ -114,13 +111,14 @@ def latency_model_from_profile(
     dtype: str,
     method: str | None,
     base: LatencyModel | None = None,
-    step_factor: float = SERVED_STEP_FACTOR,
+    step_factor: float | None = None,
 ) -> LatencyModel:
     """The LatencyModel of a replica serving in `dtype` and drafting with `method` (None:
     plain) on the machine `profile` was measured on; see the module docstring for which
     term comes from which measurement. `base` (default LatencyModel()) gives prefill and
-    acceptance."""
-    return _from_terms(step_terms(profile, dtype), method, base or LatencyModel(), step_factor)
+    acceptance; `step_factor` (default measured_step_factor()) scales the GEMM step."""
+    factor = measured_step_factor() if step_factor is None else step_factor
+    return _from_terms(step_terms(profile, dtype), method, base or LatencyModel(), factor)
 
 
 def served_step_factor(
@@ -180,7 +178,7 @@ def calibrated_latency_model(
     model: ModelSpec, base: LatencyModel, machine: str | None = None
 ) -> LatencyModel | None:
     """`model`'s LatencyModel on the machine its replicas run on: its served fit
-    (served_fit.SERVED_FITS: the whole step measured through the server) where that kind of
+    (its profile's served_fit: the whole step measured through the server) where that kind of
     CPU has one, else from the calibrated step costs there; None where there is neither (or
     AGENTSERVE_CALIBRATE=0, or the whole-engine fit holds there). `machine`: that machine's
     kind (a cpu_class, "cuda"); None = this machine (its cached calibration first).
@@ -204,5 +202,8 @@ def calibrated_latency_model(
     profile = None if cpu is None else _cached_profile(cpu)
     if profile is not None and dtype in profile["dtypes"]:
         return latency_model_from_profile(profile, dtype, method, base)
-    terms = RECORDED_STEP_TERMS.get(machine, {}).get(dtype)
-    return None if terms is None else _from_terms(terms, method, base, SERVED_STEP_FACTOR)
+    terms = (profiles.section(machine, "step_terms") or {}).get(dtype)
+    if terms is None:
+        return None
+    recorded = (terms.base_ms, terms.knee_tokens, terms.per_token_ms)
+    return _from_terms(recorded, method, base, measured_step_factor())

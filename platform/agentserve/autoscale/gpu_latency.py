@@ -1,7 +1,7 @@
 """The latency model the SLA policy starts from: the measured one where there is one, else
 on GPU replicas the roofline prior of the model's size on the GPU it runs on.
 
-`policy_latency_model(model)` is spec_schedule.latency_model_for's model (the model's own
+`policy_latency_model(model)` is speculation.schedule.latency_model_for's model (the model's own
 `latency_model`, the bundled model's measured or calibrated one), else, for a vLLM model on
 GPU replicas, `gpu_prior_latency_model`: roofline.roofline_latency_model of the model's
 shape (its config.json where readable without a download, else the parameter count its id
@@ -30,8 +30,8 @@ from agentserve.autoscale.roofline import (
     shape_from_config,
     shape_from_model_id,
 )
-from agentserve.autoscale.spec_schedule import latency_model_for
 from agentserve.spec import DFLASH_METHODS, ModelSpec
+from agentserve.speculation.schedule import latency_model_for
 
 __all__ = [
     "gpu_prior_latency_model",

@@ -74,7 +74,7 @@ CPU_MEASUREMENTS: tuple[Measurement, ...] = (
 # the kind of CPU (engine/cpu_info.py cpu_class) CPU_MEASUREMENTS were taken on: there the
 # whole-engine fit wins over a model derived from GEMM step costs (calibrated_model.py)
 CPU_MEASUREMENTS_MACHINE = "amx"
-# the batch a speculative step's loaded factor is measured at (speculation_choice.LOADED_BATCH)
+# the batch a speculative step's loaded factor is measured at (speculation.choice.LOADED_BATCH)
 LOADED_FACTOR_BATCH = 4
 
 

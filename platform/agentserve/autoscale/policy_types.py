@@ -220,7 +220,7 @@ class ScaleDecision:
 def replica_schedule(model: ModelSpec) -> tuple[tuple[int, int, int], ...] | None:
     """What the model's replica drafts by batch size: the drafter's
     num_speculative_tokens_per_batch_size (deployments fill it by default,
-    spec_schedule.with_default_schedules), else num_speculative_tokens at every batch;
+    speculation.schedule.with_default_schedules), else num_speculative_tokens at every batch;
     None without a drafter."""
     drafter = model.drafter
     if not drafter.enabled:

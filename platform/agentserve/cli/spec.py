@@ -7,8 +7,8 @@ import argparse
 import json
 
 from agentserve.autoscale.model import LatencyModel
-from agentserve.autoscale.spec_schedule import with_speculation_schedule
 from agentserve.spec import DeploymentSpec, load_spec, spec_json_schema, to_yaml
+from agentserve.speculation.schedule import with_speculation_schedule
 
 __all__ = ["add_parser"]
 

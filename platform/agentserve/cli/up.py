@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 
 from agentserve.adapters import AdapterMissingError, check_local_adapters
-from agentserve.calibration import export_decisions
 from agentserve.cli.console import Console
 from agentserve.cli.signals import StopSignals
 from agentserve.cli.traces import (
@@ -51,6 +50,7 @@ from agentserve.spec_overrides import (
     with_overrides,
     with_speculation,
 )
+from agentserve.speculation.calibration import export_decisions
 
 __all__ = ["add_parser", "run_up"]
 # with_overrides, with_speculation (spec_overrides.py) and admin_url (serve/local.py) are

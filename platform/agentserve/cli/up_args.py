@@ -13,12 +13,12 @@ __all__ = ["add_up_parser"]
 
 def _default_method() -> str:
     """How the bundled model speculates by default on this kind of CPU, for --help."""
-    from agentserve.drafters import DEFAULT_SPECULATION, machine_class
+    from agentserve.drafters import has_served_speculation, machine_class
 
     machine = machine_class()
     if machine == "cuda":
         return "none on GPU (no figures measured there)"
-    if (BUNDLED_MODEL, machine) not in DEFAULT_SPECULATION:
+    if not has_served_speculation(BUNDLED_MODEL, machine):
         return (
             "the method it picks from this machine's step costs, timed at the first start "
             "(no served figures for this kind of CPU)"

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentserve import profiles
 from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL
+from agentserve.profiles import Speculation
 
 __all__ = [
     "BUNDLED_DRAFTER_DIR",
-    "DEFAULT_DTYPE",
-    "DEFAULT_SPECULATION",
-    "DEFAULT_SPECULATION_TOKENS",
     "DRAFTER_ROOT",
     "default_dtype",
     "default_speculation",
     "default_speculation_reason",
     "default_speculation_tokens",
     "drafter_digest",
+    "has_served_speculation",
     "machine_class",
     "mask_token_id_for",
     "rows_of_shipped_drafter",
@@ -33,41 +33,6 @@ BUNDLED_DRAFTER_DIR = DRAFTER_ROOT / f"{BUNDLED_MODEL}-dflash"
 _SHIPPED = {BUNDLED_MODEL: BUNDLED_DRAFTER_DIR.name}
 # SmolLM2's `<empty_output>`: a special token chat never produces; the drafter's mask slot.
 _MASK_TOKEN_IDS = {BUNDLED_MODEL: 16}
-# The speculative method `agentserve up` uses for a model whose spec picks none, per kind of
-# CPU (engine/cpu_info.py cpu_class): the method `agentserve bench speculative-served`
-# measured through the server on that kind of machine (served_rows.served_default: clearly
-# faster than plain at concurrency 1 and not slower under load, on coding and agent
-# workloads); None = plain decoding. A kind of machine with no served figures gets plain
-# decoding: never slower than itself, and a choice made on one machine's figures is not
-# applied to another. tests/unit/agentserve/test_default_speculation.py checks this table
-# against the committed figures (docs/benchmarks/speculative.json), so a new run that
-# changes the winner fails until the table follows it.
-DEFAULT_SPECULATION: dict[tuple[str, str], str | None] = {
-    # AVX2 without bf16 instructions, in float32 (DEFAULT_DTYPE): n-gram k=8 1.4-2.4x of plain
-    # (in bfloat16, before 2026-11-29, nothing beat plain: 0.69-1.04x)
-    (BUNDLED_MODEL, "avx2"): "ngram",
-    # quiet Ray (ray_env): n-gram 1.9-2.8x of plain, hybrid 1.6-2.7x (0.55-0.93x n-gram)
-    (BUNDLED_MODEL, "amx"): "ngram",
-    # AMD EPYC (AVX-512 with bf16, no AMX): n-gram k=8 1.7-3.4x of plain, hybrid 1.5-3.0x
-    (BUNDLED_MODEL, "avx512_bf16"): "ngram",
-}
-# ... and the most tokens it drafts (num_speculative_tokens, where the spec leaves it unset):
-# the k the served rows measured, so the default is exactly what was measured
-DEFAULT_SPECULATION_TOKENS: dict[tuple[str, str], int] = {
-    (BUNDLED_MODEL, "avx2"): 8,
-    (BUNDLED_MODEL, "amx"): 4,
-    (BUNDLED_MODEL, "avx512_bf16"): 8,
-}
-
-
-# ... and the dtype it is served in (speculating or not, where the spec leaves dtype unset):
-# the dtype the served rows of that kind of CPU were measured in; a kind not listed serves the
-# model's own (bfloat16). test_default_speculation.py holds it to the default rows' dtype.
-DEFAULT_DTYPE: dict[tuple[str, str], str] = {
-    # AVX2 without bf16 instructions: float32 prefills 4-6x faster and verifies drafts at a
-    # cost speculation can pay (benchmarks/speculative_served_avx2_dtype_settings.json)
-    (BUNDLED_MODEL, "avx2"): "float32",
-}
 
 
 def _canonical(model: str) -> str:
@@ -126,41 +91,59 @@ def machine_class() -> str:
     return read_cpu_info().cpu_class
 
 
+def _served_default(model: str, machine: str | None) -> tuple[str, Speculation | None]:
+    """(machine, the default speculation `agentserve bench speculative-served` measured
+    for `model` there: its profile's speculation section, None where not measured)."""
+    machine = machine or machine_class()
+    measured = profiles.section(machine, "speculation") or {}
+    return machine, measured.get(_canonical(model))
+
+
+def has_served_speculation(model: str, machine: str | None = None) -> bool:
+    """Whether the served figures of this kind of machine decide `model`'s speculation."""
+    return _served_default(model, machine)[1] is not None
+
+
 def default_speculation(model: str, machine: str | None = None) -> str | None:
     """vLLM speculative method `up` uses for `model` by default on this kind of machine
-    (`machine`: a cpu_class or "cuda"; default: this machine's); None = plain decoding."""
-    return DEFAULT_SPECULATION.get((_canonical(model), machine or machine_class()))
+    (`machine`: a cpu_class or "cuda"; default: this machine's), the one its profile
+    records as fastest through the server; None = plain decoding (also where a kind of
+    machine has no served figures: a choice made on one machine is not applied to another)."""
+    measured = _served_default(model, machine)[1]
+    return None if measured is None else measured.method
 
 
 def default_speculation_tokens(model: str, machine: str | None = None) -> int | None:
     """num_speculative_tokens of the default method, as measured; None: the spec's own."""
-    return DEFAULT_SPECULATION_TOKENS.get((_canonical(model), machine or machine_class()))
+    measured = _served_default(model, machine)[1]
+    return None if measured is None else measured.num_speculative_tokens
 
 
 def default_dtype(model: str, machine: str | None = None) -> str | None:
     """The dtype `up` serves `model` in on this kind of machine where the spec leaves it
     unset, as measured through the server; None: the spec's own."""
-    return DEFAULT_DTYPE.get((_canonical(model), machine or machine_class()))
+    measured = _served_default(model, machine)[1]
+    return None if measured is None else measured.dtype
 
 
 def default_speculation_reason(model: str, machine: str | None = None) -> str:
     """Why `default_speculation` chose what it chose, for `agentserve up` to say."""
-    machine = machine or machine_class()
-    key = (_canonical(model), machine)
-    if key not in DEFAULT_SPECULATION:
+    machine, measured = _served_default(model, machine)
+    if measured is None:
         return (
             f"no served speculation figures for this kind of machine ({machine}) yet, so plain "
             "decoding (never slower than itself); measure with `agentserve bench "
             "speculative-served` or choose with --speculation"
         )
-    method = DEFAULT_SPECULATION[key]
-    if method is None:
+    if measured.method is None:
         return (
             f"on this kind of machine ({machine}) no speculative method was faster than plain "
             "decoding through the server (docs/benchmarks.md, served table); --speculation "
             "ngram|dflash turns one on"
         )
-    return f"{method} measured fastest through the server on this kind of machine ({machine})"
+    return (
+        f"{measured.method} measured fastest through the server on this kind of machine ({machine})"
+    )
 
 
 def mask_token_id_for(model: str, tokenizer) -> int:

@@ -18,7 +18,7 @@ docs/benchmarks.md, "Engine settings on CPU".
   the replica spawns are brought back to nice 0 (`normal_priority`), so when something else
   wants a core the platform's own processes yield to the engine, not the other way round.
   `AGENTSERVE_CPU_RENICE=0` keeps the inherited niceness. Where it was measured
-  (agentserve/ray_env.py, QUIET_BY_CPU), `agentserve up` starts Ray's workers at nice 0
+  (agentserve/ray_env.py, the profile's quiet_ray), `agentserve up` starts Ray's workers at nice 0
   too: the platform's processes carry every token to the caller, and at nice 15 against
   the engine's threads they delivered the first token 1.4-1.7x later.
 - OpenMP runtime: GNU OpenMP (vLLM's default) unless `AGENTSERVE_CPU_IOMP=1` preloads Intel
@@ -26,10 +26,10 @@ docs/benchmarks.md, "Engine settings on CPU".
   speculative decoding on CPU. Measured through the server on the development machine, GNU
   OpenMP served as fast at c=1 and faster at c=4, speculating or not.
 - Allocator: glibc's malloc unless `AGENTSERVE_CPU_MALLOC=tcmalloc|jemalloc` (or the
-  measured choice for the kind of CPU, MALLOC_BY_CPU) preloads a caching allocator for the
+  measured choice for the kind of CPU, the profile's allocator) preloads a caching allocator for the
   engine (engine/cpu_malloc.py says why and where the libraries come from).
 - torch.compile or eager: vLLM compiles the model on CPU at a first start (about a minute;
-  later starts load vLLM's compile cache, see vllm_fixes.py). `COMPILE_BY_CPU` holds, per
+  later starts load vLLM's compile cache, see vllm_fixes.py). The profile's `compile` holds, per
   kind of CPU, the choice `agentserve bench startup` measured (start time and served decode
   speed in one run, docs/benchmarks/startup.json); an unmeasured kind compiles, as vLLM does.
   `AGENTSERVE_CPU_COMPILE=0|1` overrides; a model's own engine_args.enforce_eager wins.
@@ -39,7 +39,7 @@ docs/benchmarks.md, "Engine settings on CPU".
   process (`distributed_executor_backend="uni"`, which vLLM's CPU platform allows only with
   VLLM_ENABLE_V1_MULTIPROCESSING=0; the engine core is still a process of its own under
   the async engine a replica runs). One worker only (TP x PP = 1).
-  `AGENTSERVE_CPU_EXECUTOR=mp|uni`; EXECUTOR_BY_CPU holds the measured choice per kind of
+  `AGENTSERVE_CPU_EXECUTOR=mp|uni`; the profile's executor holds the measured choice per kind of
   CPU, and an unmeasured kind keeps vLLM's "mp".
 """
 
@@ -50,16 +50,15 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from agentserve import profiles
 from agentserve.engine.cpu_malloc import ALLOCATORS, GLIBC, malloc_library
-from agentserve.ray_env import QUIET_BY_CPU, RAY_ENVS
+from agentserve.profiles import EngineSettings
+from agentserve.ray_env import RAY_ENVS
 
 __all__ = [
     "BIND_POLICIES",
-    "COMPILE_BY_CPU",
     "DEFAULT_SETTINGS",
     "EXECUTORS",
-    "EXECUTOR_BY_CPU",
-    "MALLOC_BY_CPU",
     "SCHEDULE_OFF",
     "SETTINGS",
     "apply_cpu_engine_settings",
@@ -68,6 +67,7 @@ __all__ = [
     "cpu_malloc",
     "default_settings",
     "engine_environment",
+    "engine_profile",
     "fitted_settings",
     "iomp_library",
     "normal_priority",
@@ -111,27 +111,14 @@ SETTINGS: dict[str, dict[str, str]] = {
 DEFAULT_SETTINGS = "all-gomp"  # on a kind of CPU whose executor was never measured
 EXECUTORS = ("mp", "uni")
 DEFAULT_EXECUTOR = "mp"  # vLLM's own choice on CPU, where the executors were never compared
-# cpu_class -> executor, from the served bench's settings rows (docs/benchmarks/speculative.json)
-# amx: uni served plain 1.12-1.39x and started in 40-44 s against 49-54 s (one run);
-# avx512_bf16: uni (with quiet Ray) served plain 1.27-1.41x, ready in 29-31 s against 80-109 s
-# avx2 (AMD EPYC, 2026-11-29, with quiet Ray): uni served plain 1.18-1.41x all-gomp in bfloat16,
-# 1.17-1.30x in float32 (benchmarks/speculative_served_avx2_dtype_settings.json)
-EXECUTOR_BY_CPU: dict[str, str] = {"amx": "uni", "avx512_bf16": "uni", "avx2": "uni"}
 DEFAULT_BIND = "all"
 DEFAULT_IOMP = "0"  # GNU OpenMP: measured as fast as Intel OpenMP at c=1, faster at c=4
-# cpu_class -> allocator the engine preloads (engine/cpu_malloc.py), from the served bench's
-# settings rows; a kind never measured keeps glibc's malloc
-# avx512_bf16 (2026-11-28, two served runs): jemalloc plain +4.5% but n-gram -5% in both,
-# tcmalloc +2.6% / +1.2%, inside the noise (offline +15%: there the frontend shares the
-# engine's process); neither is the default
-MALLOC_BY_CPU: dict[str, str] = {}
-# cpu_class (engine/cpu_info.py) -> compile (True) or eager (False), from startup.json's
-# "choice" rows; a unit test holds the two equal
-COMPILE_BY_CPU: dict[str, bool] = {
-    "amx": True,  # eager decodes at 0.69x; a compiled restart 42 s
-    "avx512_bf16": True,  # eager decodes at 0.77x; a compiled restart 29 s (eager 26 s)
-    "avx2": True,  # eager decodes at 0.77x; a compiled restart 48 s (eager 49 s)
-}
+
+
+def engine_profile(cpu_class: str | None = None) -> EngineSettings | None:
+    """The engine settings the served bench measured fastest on this kind of CPU (None:
+    this machine's): its profile's `engine` section, None where never measured."""
+    return profiles.section(cpu_class or _this_cpu_class(), "engine")
 
 
 def compile_on_cpu(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> bool:
@@ -143,14 +130,15 @@ def compile_on_cpu(environ: Mapping[str, str] | None = None, cpu_class: str | No
         if forced not in ("0", "1"):
             raise ValueError(f"AGENTSERVE_CPU_COMPILE={forced!r}; expected 0 (eager) or 1")
         return forced == "1"
-    return COMPILE_BY_CPU.get(cpu_class or _this_cpu_class(), True)
+    measured = profiles.section(cpu_class or _this_cpu_class(), "compile")
+    return True if measured is None else measured
 
 
 def cpu_malloc(environ: Mapping[str, str] | None = None, cpu_class: str | None = None) -> str:
     """The allocator a CPU engine preloads (engine/cpu_malloc.py): AGENTSERVE_CPU_MALLOC
     when set, else the measured choice for this kind of CPU, else glibc's (none)."""
     return _measured_choice(
-        "AGENTSERVE_CPU_MALLOC", ALLOCATORS, MALLOC_BY_CPU, GLIBC, environ, cpu_class
+        "AGENTSERVE_CPU_MALLOC", ALLOCATORS, "allocator", GLIBC, environ, cpu_class
     )
 
 
@@ -158,24 +146,25 @@ def cpu_executor(environ: Mapping[str, str] | None = None, cpu_class: str | None
     """The executor a one-worker CPU engine runs with ("mp" or "uni", see above):
     AGENTSERVE_CPU_EXECUTOR when set, else the measured choice for this kind of CPU."""
     return _measured_choice(
-        "AGENTSERVE_CPU_EXECUTOR", EXECUTORS, EXECUTOR_BY_CPU, DEFAULT_EXECUTOR, environ, cpu_class
+        "AGENTSERVE_CPU_EXECUTOR", EXECUTORS, "executor", DEFAULT_EXECUTOR, environ, cpu_class
     )
 
 
 def _measured_choice(
     variable: str,
     choices: tuple[str, ...],
-    by_cpu: Mapping[str, str],
+    field: str,
     default: str,
     environ: Mapping[str, str] | None,
     cpu_class: str | None,
 ) -> str:
     """`variable` from the environment when set (one of `choices`, else ValueError), else
-    the measured choice for this kind of CPU (`by_cpu`), else `default`."""
+    the measured choice for this kind of CPU (its engine profile's `field`), else `default`."""
     environ = os.environ if environ is None else environ
     value = environ.get(variable)
     if value is None:
-        return by_cpu.get(cpu_class or _this_cpu_class(), default)
+        measured = engine_profile(cpu_class)
+        return default if measured is None else getattr(measured, field)
     value = value.strip().lower()
     if value not in choices:
         raise ValueError(f"{variable}={value!r}: one of {', '.join(choices)}")
@@ -185,14 +174,12 @@ def _measured_choice(
 def default_settings(cpu_class: str | None = None) -> str:
     """The named bundle (SETTINGS) `engine_environment` applies by default on this kind of
     CPU (None: this machine's); the served default is decided from its rows."""
-    cpu_class = cpu_class or _this_cpu_class()
-    name = DEFAULT_SETTINGS
-    if EXECUTOR_BY_CPU.get(cpu_class, DEFAULT_EXECUTOR) == "uni":
-        name += "-uni"
-    if QUIET_BY_CPU.get(cpu_class, False):
-        name += "-quiet"
-    malloc = MALLOC_BY_CPU.get(cpu_class, GLIBC)
-    return name if malloc == GLIBC else f"{name}-{malloc}"
+    measured = engine_profile(cpu_class)
+    if measured is None:
+        return DEFAULT_SETTINGS
+    name = DEFAULT_SETTINGS + ("-uni" if measured.executor == "uni" else "")
+    name += "-quiet" if measured.quiet_ray else ""
+    return name if measured.allocator == GLIBC else f"{name}-{measured.allocator}"
 
 
 # the label suffix of served rows measured drafting k at every batch (`agentserve bench

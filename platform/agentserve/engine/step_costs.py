@@ -12,9 +12,9 @@ model's config.json (no weights are loaded), so it takes seconds.
 
 The figures are GEMM costs, not vLLM's whole step: attention, sampling and the scheduler add
 a per-step cost that is the same whether 1 or 5 tokens are verified, so the ratio
-verify(k) / decode measured here is an upper bound of the engine's (speculation_choice then
+verify(k) / decode measured here is an upper bound of the engine's (speculation.choice then
 errs on the side of plain decoding), and the served benchmark corrects it where it has
-figures for the machine (speculation_choice's served factor).
+figures for the machine (speculation.choice's served factor).
 
 Profiles are cached per machine (CPU model, features, usable cores) and model directory
 under the state dir.

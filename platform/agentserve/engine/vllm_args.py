@@ -16,11 +16,11 @@ from typing import Any
 
 from agentserve.drafters import shipped_drafter
 from agentserve.engine.cpu_settings import compile_on_cpu, cpu_executor
-from agentserve.engine.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
 from agentserve.engine.vllm_lora import lora_kwargs
 from agentserve.model_sources import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
 from agentserve.spec.drafter import DFLASH_METHODS, tokens_for_block
+from agentserve.speculation.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
 from dflash.config import DFlashConfig
 
 __all__ = [
@@ -143,7 +143,7 @@ def speculative_config(model: ModelSpec) -> dict[str, Any] | None:
 
 def hybrid_config(model: ModelSpec) -> dict[str, Any] | None:
     """vLLM `additional_config` that turns on hybrid drafting in the engine's model runner
-    (agentserve/engine/hybrid_drafter.py), or None for every other method."""
+    (agentserve/speculation/hybrid_drafter.py), or None for every other method."""
     drafter = model.drafter
     if not drafter.enabled or drafter.method != "hybrid":
         return None

@@ -23,13 +23,6 @@ from typing import Any
 
 from agentserve.adapters import adapter_dirs
 from agentserve.engine.cpu_settings import apply_cpu_engine_settings, replica_slot
-from agentserve.engine.hybrid_drafter import (
-    STATS_INTERVAL_S,
-    proposer_rows,
-    request_counts,
-    with_stats_path,
-)
-from agentserve.engine.hybrid_stats import step_rows
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
     Delta,
@@ -41,7 +34,6 @@ from agentserve.engine.protocol import (
     EngineStats,
     EngineUnavailableError,
 )
-from agentserve.engine.spec_by_batch import SpecByBatch, vllm_stat_logger
 from agentserve.engine.vllm_args import (
     engine_kwargs,
     exports_vllm_metrics,
@@ -58,6 +50,14 @@ from agentserve.engine.vllm_ray import config_in_placement_group, needs_placemen
 from agentserve.engine.vllm_sse import deltas_from_sse
 from agentserve.model_sources import resolve_model
 from agentserve.spec import ModelSpec
+from agentserve.speculation.by_batch import SpecByBatch, vllm_stat_logger
+from agentserve.speculation.hybrid_drafter import (
+    STATS_INTERVAL_S,
+    proposer_rows,
+    request_counts,
+    with_stats_path,
+)
+from agentserve.speculation.hybrid_stats import step_rows
 
 __all__ = [
     "VLLMEngine",

@@ -194,7 +194,7 @@ def register() -> None:
     The same hook installs hybrid drafting (a feature, not a fix: it stays on with the
     fixes turned off, and acts only on engines whose configuration asks for it).
     """
-    from agentserve.engine import hybrid_drafter
+    from agentserve.speculation import hybrid_drafter
 
     hybrid_drafter.install()
     if os.environ.get(DISABLE_ENV) == "0":

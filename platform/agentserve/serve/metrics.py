@@ -18,9 +18,9 @@ from prometheus_client.registry import Collector
 
 from agentserve.admission.shares import model_capacity
 from agentserve.api.auth import OPEN_TENANT
-from agentserve.calibration import decisions_from_env
 from agentserve.engine.protocol import EngineStats
-from agentserve.engine.spec_by_batch import bucket_counts
+from agentserve.speculation.by_batch import bucket_counts
+from agentserve.speculation.calibration import decisions_from_env
 
 __all__ = ["CONTENT_TYPE", "ModelLimits", "ServingMetrics", "model_limits", "sla_objectives"]
 
@@ -246,8 +246,8 @@ class ServingMetrics:
                 floor.labels(model).set(lim.acceptance_floor)
 
     def _add_speculation_decisions(self, decisions: Mapping[str, Mapping]) -> None:
-        """How `agentserve up` chose each model's speculation (calibration.py), as info-style
-        gauges: the choice (value 1) and, where calibrated, its predicted speedup."""
+        """How `agentserve up` chose each model's speculation (speculation/calibration.py), as
+        info-style gauges: the choice (value 1) and, where calibrated, its predicted speedup."""
         r = self.registry
         choice = Gauge(
             "agentserve_speculation_choice",

@@ -113,7 +113,7 @@ def live_spec(cfg: LiveConfig, priority: bool) -> DeploymentSpec:
         model |= {
             "dtype": cfg.dtype,
             # compiled or eager as agentserve up chooses for this kind of CPU
-            # (engine/cpu_settings.py COMPILE_BY_CPU; a compiled restart loads the cache)
+            # (the machine profile's compile; a compiled restart loads the cache)
             "drafter": {"enabled": False},
         }
     tenants = [

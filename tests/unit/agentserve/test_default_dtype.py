@@ -1,20 +1,22 @@
 """The bundled model is served in the dtype measured fastest through the server on the
-replicas' kind of CPU (agentserve.drafters.DEFAULT_DTYPE), speculating or not, unless the
+replicas' kind of CPU (its profile's speculation section), speculating or not, unless the
 spec sets one; other models, GPU replicas and unlisted kinds keep the spec's dtype."""
 
 from __future__ import annotations
 
 import pytest
-from agentserve import drafters, spec_defaults
+from agentserve import spec_defaults
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import spec_from_dict
+from profile_fakes import set_profile
 
 BUNDLED = {"name": "small", "source": BUNDLED_MODEL, "replicas": {"num_gpus": 0}}
 
 
 @pytest.fixture
 def float32_on_avx2(monkeypatch):
-    monkeypatch.setattr(drafters, "DEFAULT_DTYPE", {(BUNDLED_MODEL, "avx2"): "float32"})
+    measured = {"method": "ngram", "num_speculative_tokens": 8, "dtype": "float32"}
+    set_profile(monkeypatch, "avx2", speculation={BUNDLED_MODEL: measured})
 
 
 @pytest.mark.parametrize("flag", [None, False, True])

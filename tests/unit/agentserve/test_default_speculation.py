@@ -1,7 +1,8 @@
 """`agentserve up`'s default speculation for the bundled model follows the committed served
 figures (`agentserve bench speculative-served`, the "path": "served" rows of
 docs/benchmarks/speculative.json), per kind of machine: a new run that changes the winner
-fails here until agentserve.drafters.DEFAULT_SPECULATION follows it, and a kind of machine
+fails here until the kind of machine's profile (agentserve/profiles, written by the
+bench) follows it, and a kind of machine
 without served figures gets plain decoding. Only rows of the workloads' tuning half decide
 (and rows measured before the split, which carry no half): served_rows._deciding never
 reads a "report" row, which is what docs/benchmarks.md reports."""
@@ -12,10 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
+from agentserve import profiles
 from agentserve.drafters import (
-    DEFAULT_DTYPE,
-    DEFAULT_SPECULATION,
-    DEFAULT_SPECULATION_TOKENS,
     default_dtype,
     default_speculation,
     default_speculation_reason,
@@ -63,7 +62,7 @@ def test_default_engine_settings_serve_fastest_in_their_run():
         best = min(scores, key=lambda name: scores[name]["reply_s"])
         assert best == default, (
             f"on {machine} {best} serves fastest ({scores}); update "
-            "agentserve.engine.cpu_settings (EXECUTOR_BY_CPU, the defaults)"
+            "the engine section of agentserve/profiles/<cpu_class>.json"
         )
 
 
@@ -73,12 +72,12 @@ def test_default_is_what_the_served_figures_choose_on_each_measured_machine():
         want = None if best == "none" else best
         assert default_speculation(BUNDLED_MODEL, machine) == want, (
             f"served figures on {machine} choose {best} (scores {scores}); update "
-            "agentserve.drafters.DEFAULT_SPECULATION"
+            "the profile: run `agentserve bench speculative-served --report-only`"
         )
         measured_k = scores[best]["k"] if want else None
         assert default_speculation_tokens(BUNDLED_MODEL, machine) == measured_k, (
             f"the default drafts what was measured ({measured_k}); update "
-            "agentserve.drafters.DEFAULT_SPECULATION_TOKENS"
+            "the profile's speculation section"
         )
         flagged = {(r["server"], r["settings"], r["method"]) for r in rows if r["default"]}
         assert flagged == {("agentserve", default_settings(machine), best)}, (
@@ -89,22 +88,27 @@ def test_default_is_what_the_served_figures_choose_on_each_measured_machine():
 
 def test_the_default_dtype_is_the_one_the_deciding_rows_were_measured_in():
     """`up` serves the bundled model in the dtype its kind of CPU's default rows used (the
-    spec's bfloat16 unless DEFAULT_DTYPE names another), so the default is what was measured."""
+    spec's bfloat16 unless its profile names another), so the default is what was measured."""
     for machine, rows in _served_by_machine().items():
         deciding = {r["dtype"] for r in rows if r["server"] == "agentserve"
                     and r["settings"] == default_settings(machine)}  # fmt: skip
         assert deciding == {default_dtype(BUNDLED_MODEL, machine) or "bfloat16"}, (
             f"{machine}: the default rows were measured in {deciding}; update "
-            "agentserve.drafters.DEFAULT_DTYPE"
+            "the profile's speculation section"
         )
 
 
-def test_every_table_entry_has_served_figures_behind_it():
+def test_every_profiled_default_has_served_figures_behind_it():
     measured = set(_served_by_machine())
-    for model, machine in [*DEFAULT_SPECULATION, *DEFAULT_SPECULATION_TOKENS, *DEFAULT_DTYPE]:
-        assert model == BUNDLED_MODEL and machine in measured, (
-            f"DEFAULT_SPECULATION has {machine!r} but no served figures were recorded there"
+    profiled = [p for p in sorted(profiles.PROFILE_DIR.glob("*.json"))
+                if profiles.load_profile(p).speculation is not None]  # fmt: skip
+    assert profiled
+    for path in profiled:
+        speculation = profiles.load_profile(path).speculation
+        assert set(speculation.values) == {BUNDLED_MODEL} and path.stem in measured, (
+            f"{path.name} has a default speculation but no served figures were recorded there"
         )
+        assert speculation.source.rows == "docs/benchmarks/speculative.json"
 
 
 def test_an_unmeasured_machine_gets_plain_decoding_and_is_told_why():

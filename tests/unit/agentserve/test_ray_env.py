@@ -1,12 +1,14 @@
 """agentserve/ray_env.py: the environment a local Ray cluster's processes start with."""
 
 import pytest
-from agentserve import ray_env
 from agentserve.ray_env import QUIET, RAY_DEFAULTS, UNREAD, apply_ray_env, ray_env_name
+from profile_fakes import drop_profile, set_profile
 
 
 def test_the_measured_kind_of_cpu_gets_quiet_and_others_keep_rays_defaults(monkeypatch):
-    monkeypatch.setattr(ray_env, "QUIET_BY_CPU", {"amx": True})
+    set_profile(monkeypatch, "amx", engine={"executor": "mp", "allocator": "glibc",
+                                            "quiet_ray": True})  # fmt: skip
+    drop_profile(monkeypatch, "avx2")
     assert ray_env_name({}, "amx") == "quiet"
     assert ray_env_name({}, "avx2") == "ray"  # never measured: Ray's own defaults
     assert ray_env_name({"AGENTSERVE_RAY_ENV": "ray"}, "amx") == "ray"

@@ -156,7 +156,7 @@ def test_priority_off_is_arrival_order_without_engine_priority_and_on_is_both():
     model = on.models[0]
     assert (model.replicas.min_replicas, model.replicas.max_replicas) == (1, 2)
     assert model.engine == "vllm" and not model.drafter.enabled
-    # compiled or eager is the CPU's choice (cpu_settings.COMPILE_BY_CPU), as for agentserve up
+    # compiled or eager is the CPU's choice (the machine profile's `compile`), as for agentserve up
     assert "enforce_eager" not in model.engine_args
     assert on.autoscaling.policy == "sla"
     tenants = {t.name: t for t in on.tenants}

@@ -245,17 +245,18 @@ def test_settings_are_scored_by_the_reply_time_of_their_own_best_method():
 
 
 def test_engine_defaults_are_the_named_default_settings():
-    from agentserve import ray_env
+    from agentserve import profiles, ray_env
     from agentserve.engine import cpu_settings
     from agentserve.engine.cpu_settings import SETTINGS, default_settings, engine_environment
 
     iomp = Path("/venv/lib/libiomp5.so")
     named = engine_environment(SETTINGS[default_settings()], cores=[0, 1], iomp=iomp)
     assert engine_environment({}, cores=[0, 1], iomp=iomp) == named
-    for cpu_class in [*cpu_settings.EXECUTOR_BY_CPU, "other"]:  # each kind's own bundle
+    kinds = [p.stem for p in profiles.PROFILE_DIR.glob("*.json") if p.stem != profiles.POOLED]
+    for cpu_class in [*kinds, "other"]:  # each kind's own bundle
         executor = SETTINGS[default_settings(cpu_class)]["AGENTSERVE_CPU_EXECUTOR"]
         assert executor == cpu_settings.cpu_executor({}, cpu_class)
-    for cpu_class in [*ray_env.QUIET_BY_CPU, *cpu_settings.EXECUTOR_BY_CPU, "other"]:
+    for cpu_class in [*kinds, "other"]:
         bundle = SETTINGS[default_settings(cpu_class)]
         assert bundle["AGENTSERVE_RAY_ENV"] == ray_env.ray_env_name({}, cpu_class)
         chosen = ray_env.RAY_ENVS[bundle["AGENTSERVE_RAY_ENV"]]

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from agentserve.engine.cpu_settings import COMPILE_BY_CPU
+from agentserve import profiles
 from agentserve.engine.start_phases import log_phases
 from agentserve_bench.startup import _modes, compile_choice
 
@@ -67,12 +67,17 @@ def test_modes_argument():
 
 
 def test_compile_by_cpu_follows_the_committed_startup_runs():
-    """COMPILE_BY_CPU holds, per kind of CPU, the choice its startup run recorded, and
-    nothing for a kind never measured (that kind compiles, as vLLM does)."""
+    """Each kind of CPU's profile holds the compile choice its startup run recorded, and
+    a kind never measured has none (that kind compiles, as vLLM does)."""
     rows = json.loads((DOCS / "benchmarks" / "startup.json").read_text())
     choices = {r["machine"]["cpu_class"]: r["compile"] for r in rows if r["kind"] == "choice"}
     assert choices, "no choice rows in docs/benchmarks/startup.json"
-    assert choices == COMPILE_BY_CPU
+    profiled = {
+        p.stem: profiles.load_profile(p).value("compile")
+        for p in profiles.PROFILE_DIR.glob("*.json")
+        if profiles.load_profile(p).compile is not None
+    }
+    assert choices == profiled
     for r in rows:  # each choice is the rule applied to its own run's rows
         if r["kind"] == "choice":
             run = [x for x in rows if x["command"] == r["command"] and x["date"] == r["date"]]

@@ -13,10 +13,10 @@ import time
 
 import pytest
 import yaml
-from agentserve.autoscale.spec_schedule import latency_model_for, with_default_schedules
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
 from agentserve.spec import DeploymentSpec
+from agentserve.speculation.schedule import latency_model_for, with_default_schedules
 from agentserve_bench.fake_engine import FakeEngine
 from agentserve_bench.fit_latency import fit_latency, latency_section, measure
 

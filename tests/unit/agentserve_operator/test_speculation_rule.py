@@ -6,8 +6,8 @@ replicas of unknown kind) instead of using its own CPU, and never calibrates."""
 from __future__ import annotations
 
 import pytest
-from agentserve import spec_defaults
-from agentserve.drafters import DEFAULT_SPECULATION
+from agentserve import profiles, spec_defaults
+from agentserve.drafters import default_speculation, has_served_speculation
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import spec_from_dict
 from agentserve_operator.resource import desired_from_cr, replica_machine
@@ -30,12 +30,13 @@ def test_cpu_replicas_on_a_cluster_follow_the_rule_for_an_unknown_kind(monkeypat
     monkeypatch.setattr(spec_defaults, "_calibrate_choice", no_calibration)
     (model,) = _desired(BUNDLED).spec.models
     assert replica_machine(_desired(BUNDLED).spec) == "cpu"
-    assert ("cpu" not in {m for _, m in DEFAULT_SPECULATION}) and not model.drafter.enabled
+    assert not has_served_speculation(BUNDLED_MODEL, "cpu") and not model.drafter.enabled
     # the same spec under the same rule on a kind with served figures speculates as measured
     spec = spec_from_dict({"models": [BUNDLED]})
-    for machine in {m for _, m in DEFAULT_SPECULATION}:
+    measured = [p.stem for p in profiles.PROFILE_DIR.glob("*.json")]
+    for machine in [m for m in measured if has_served_speculation(BUNDLED_MODEL, m)]:
         resolved, _ = spec_defaults.resolve_drafters(spec, machine=machine)
-        method = DEFAULT_SPECULATION[(BUNDLED_MODEL, machine)]
+        method = default_speculation(BUNDLED_MODEL, machine)
         assert resolved.models[0].drafter.enabled == (method is not None), machine
         if method:
             assert resolved.models[0].drafter.method == method
@@ -46,7 +47,7 @@ def test_gpu_replicas_are_cuda_and_an_explicit_drafter_is_kept():
     desired = _desired(gpu)
     assert replica_machine(desired.spec) == "cuda"
     assert desired.spec.models[0].drafter.enabled is (
-        DEFAULT_SPECULATION.get((BUNDLED_MODEL, "cuda")) is not None
+        default_speculation(BUNDLED_MODEL, "cuda") is not None
     )
     explicit = {**gpu, "drafter": {"enabled": True, "method": "ngram"}}
     (model,) = _desired(explicit).spec.models

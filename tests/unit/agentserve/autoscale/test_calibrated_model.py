@@ -11,30 +11,31 @@ import json
 from pathlib import Path
 
 import pytest
+from agentserve import profiles
 from agentserve.autoscale import calibrated_model
 from agentserve.autoscale.calibrated_model import (
-    RECORDED_STEP_TERMS,
-    SERVED_STEP_FACTOR,
     latency_model_from_profile,
+    measured_step_factor,
     served_step_factor,
     step_terms,
 )
 from agentserve.autoscale.model import CPU_MEASUREMENTS_MACHINE, LatencyModel, drafted_for
 from agentserve.autoscale.policy_types import PolicySpec
 from agentserve.autoscale.ray_policy import policy_spec_from_json
-from agentserve.autoscale.spec_schedule import (
-    MEASURED_ACCEPTANCE,
-    MEASURED_DRAFT_RATE,
-    latency_model_for,
-    schedule_for,
-    with_default_schedules,
-)
 from agentserve.drafters import rows_of_shipped_drafter
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.engine.step_costs import profile_cache_path
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
-from agentserve.speculation_choice import SERVED_FACTOR
+from agentserve.speculation.choice import measured_served_factors
+from agentserve.speculation.schedule import (
+    latency_model_for,
+    method_acceptance,
+    method_draft_rate,
+    schedule_for,
+    with_default_schedules,
+)
+from profile_fakes import set_profile
 
 try:  # the deployment options Ray Serve gets (ray.serve is already imported by other tests)
     from agentserve.serve.app import deployment_options
@@ -50,13 +51,29 @@ def _profiles() -> list[dict]:
 
 
 def _ngram_base() -> LatencyModel:
-    alpha_1, drop = MEASURED_ACCEPTANCE["ngram"]
+    alpha_1, drop = method_acceptance()["ngram"]
     return dataclasses.replace(
         LatencyModel(),
         alpha_1=alpha_1,
         alpha_drop_per_doubling=drop,
-        draft_rate=MEASURED_DRAFT_RATE["ngram"],
+        draft_rate=method_draft_rate()["ngram"],
     )
+
+
+SERVED_STEP_FACTOR = measured_step_factor()
+SERVED_FACTOR = measured_served_factors()[0]
+
+
+def _recorded_step_terms() -> dict[str, dict[str, tuple]]:
+    """{cpu_class: {dtype: (base_ms, knee_tokens, per_token_ms)}} the profiles hold."""
+    out = {}
+    for path in sorted(profiles.PROFILE_DIR.glob("*.json")):
+        terms = profiles.load_profile(path).value("step_terms") or {}
+        if terms:
+            out[path.stem] = {
+                d: (t.base_ms, t.knee_tokens, t.per_token_ms) for d, t in terms.items()
+            }
+    return out
 
 
 def _spec(**model) -> DeploymentSpec:
@@ -73,7 +90,7 @@ def test_recorded_terms_and_step_factor_are_what_the_figures_give():
     recorded = {
         p["machine"]["cpu_class"]: {d: step_terms(p, d) for d in p["dtypes"]} for p in profiles
     }
-    assert recorded == RECORDED_STEP_TERMS, "rerun step_terms over calibration.json"
+    assert recorded == _recorded_step_terms(), "rerun `agentserve bench calibrate --report-only`"
     rows = rows_of_shipped_drafter(json.loads((BENCH / "speculative.json").read_text()))
     assert served_step_factor(profiles, rows) == SERVED_STEP_FACTOR
     assert SERVED_STEP_FACTOR >= 1.0  # a whole step is never cheaper than its GEMMs
@@ -105,7 +122,7 @@ def test_derivation_follows_the_recorded_profile(dtype):
         assert model.step_ms(4, 0) == roofline.step_ms(4, 0)
         # prefill and acceptance are not in the profile: kept from the base model
         assert model.prefill_ms_per_token == LatencyModel().prefill_ms_per_token
-        assert (model.alpha_1, model.alpha_drop_per_doubling) == MEASURED_ACCEPTANCE["ngram"]
+        assert (model.alpha_1, model.alpha_drop_per_doubling) == method_acceptance()["ngram"]
 
 
 def test_cheaper_verification_drafts_more_at_batch_1():
@@ -181,8 +198,8 @@ def test_a_cached_calibration_feeds_the_schedule_and_the_policy(this_machine, mo
 
 
 def test_a_recorded_profile_serves_a_kind_named_by_the_operator(monkeypatch, this_machine):
-    terms = RECORDED_STEP_TERMS["amx"]
-    monkeypatch.setitem(RECORDED_STEP_TERMS, "avx512", terms)
+    terms = _recorded_step_terms()["amx"]
+    set_profile(monkeypatch, "avx512", step_terms=profiles.section("amx", "step_terms"))
     model = _spec(dtype="float32").models[0]
     got = latency_model_for(model, machine="avx512")
     assert got is not None and got.base_ms == round(terms["float32"][0] * SERVED_STEP_FACTOR, 3)

@@ -10,21 +10,23 @@ import json
 from pathlib import Path
 
 import pytest
+from agentserve import profiles
 from agentserve.autoscale import calibrated_model
 from agentserve.autoscale.calibrated_model import latency_model_from_profile
 from agentserve.autoscale.model import LatencyModel, drafted_for
-from agentserve.autoscale.served_fit import SERVED_FITS, read_served_fits, served_latency_model
-from agentserve.autoscale.spec_schedule import (
-    MEASURED_ACCEPTANCE,
-    MEASURED_DRAFT_RATE,
-    latency_model_for,
-)
-from agentserve.drafters import DEFAULT_DTYPE, shipped_drafter
+from agentserve.autoscale.served_fit import TERMS, served_latency_model
+from agentserve.drafters import default_dtype, shipped_drafter
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.engine.step_costs import profile_cache_path
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
-from agentserve.speculation_choice import drafter_fraction
+from agentserve.speculation.choice import drafter_fraction
+from agentserve.speculation.schedule import (
+    latency_model_for,
+    method_acceptance,
+    method_draft_rate,
+)
+from agentserve_bench.fit_latency import read_served_fits
 
 BENCH = Path(__file__).resolve().parents[4] / "docs" / "benchmarks"
 AVX2 = CpuInfo("Test CPU", 2, ("avx2",))
@@ -41,25 +43,35 @@ def _figures(kind: str) -> dict:
     return json.loads((BENCH / f"fit_latency_{kind}.json").read_text())
 
 
-def test_the_table_is_what_the_committed_figures_give():
-    assert read_served_fits(BENCH) == SERVED_FITS, "rerun read_served_fits(docs/benchmarks)"
-    assert set(SERVED_FITS) >= {"avx2", "avx512_bf16"}
-    for kind, by_dtype in SERVED_FITS.items():  # each in the dtype `agentserve up` serves in
-        assert list(by_dtype) == [DEFAULT_DTYPE.get((BUNDLED_MODEL, kind), "bfloat16")]
+def _profiled_fits() -> dict[str, dict[str, tuple]]:
+    """{cpu_class: {dtype: terms}} as the shipped profiles hold them."""
+    out = {}
+    for path in sorted(profiles.PROFILE_DIR.glob("*.json")):
+        fits = profiles.load_profile(path).value("served_fit") or {}
+        if fits:
+            out[path.stem] = {d: tuple(getattr(t, n) for n in TERMS) for d, t in fits.items()}
+    return out
 
 
-@pytest.mark.parametrize("kind", sorted(SERVED_FITS))
+def test_the_profiles_fits_are_what_the_committed_figures_give():
+    assert read_served_fits(BENCH) == _profiled_fits(), "rerun `agentserve bench fit-latency`"
+    assert set(_profiled_fits()) >= {"avx2", "avx512_bf16"}
+    for kind, by_dtype in _profiled_fits().items():  # each in the dtype `up` serves in
+        assert list(by_dtype) == [default_dtype(BUNDLED_MODEL, kind) or "bfloat16"]
+
+
+@pytest.mark.parametrize("kind", sorted(_profiled_fits()))
 def test_the_plan_on_a_fitted_kind_is_its_served_steps(kind, monkeypatch):
     """The step and prefill the SLA policy plans with on that kind are the measured ones:
     each concurrency's served time per output token within 15%, and closer over all of them
     than the whole-engine fit of another kind of CPU (what a kind without figures gets)."""
     monkeypatch.delenv("AGENTSERVE_CALIBRATE", raising=False)
     figures = _figures(kind)
-    dtype = DEFAULT_DTYPE.get((BUNDLED_MODEL, kind), "bfloat16")
+    dtype = default_dtype(BUNDLED_MODEL, kind) or "bfloat16"
     plan = latency_model_for(_model(dtype=dtype), machine=kind)
     assert plan is not None
     assert plan.prefill_ms_per_token == figures["latency_model"]["prefill_ms_per_token"]
-    assert (plan.alpha_1, plan.alpha_drop_per_doubling) == MEASURED_ACCEPTANCE["ngram"]
+    assert (plan.alpha_1, plan.alpha_drop_per_doubling) == method_acceptance()["ngram"]
     errors, generic = [], []
     for point in figures["figures"]["decode"]:
         served, batch = point["tpot_ms"], point["concurrency"]
@@ -90,8 +102,8 @@ def test_a_served_fit_wins_over_this_machines_cached_calibration(monkeypatch, tm
 
 
 def _ngram(base: LatencyModel) -> LatencyModel:
-    alpha_1, drop = MEASURED_ACCEPTANCE["ngram"]
-    rate = MEASURED_DRAFT_RATE["ngram"]
+    alpha_1, drop = method_acceptance()["ngram"]
+    rate = method_draft_rate()["ngram"]
     return dataclasses.replace(base, alpha_1=alpha_1, alpha_drop_per_doubling=drop, draft_rate=rate)
 
 

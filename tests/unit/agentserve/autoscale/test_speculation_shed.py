@@ -11,21 +11,21 @@ from agentserve.autoscale.model import LatencyModel, drafted_for, speculation_sc
 from agentserve.autoscale.policy import capacity_floor
 from agentserve.autoscale.policy_types import PolicySpec, Snapshot
 from agentserve.autoscale.ray_policy import policy_spec_from_json, policy_spec_to_json
-from agentserve.autoscale.served_fit import SERVED_FITS
-from agentserve.autoscale.spec_schedule import (
+from agentserve.engine.vllm_args import engine_kwargs
+from agentserve.spec import DeploymentSpec
+from agentserve.spec_defaults import with_default_drafters
+from agentserve.speculation.schedule import (
     latency_model_for,
     schedule_for,
     with_default_schedules,
 )
-from agentserve.engine.vllm_args import engine_kwargs
-from agentserve.spec import DeploymentSpec
-from agentserve.spec_defaults import with_default_drafters
 from agentserve_bench.autoscale.compare import Scenario, policy_spec_for, saturated_capacity
 from agentserve_bench.autoscale.simulate import SimConfig, simulate
 from agentserve_bench.autoscale.trace import Call, Session, Trace, TraceConfig
+from profile_fakes import set_profile
 
 # n-gram's schedule (8 seqs, k 7) from the CPU step model and n-gram's acceptance and draft
-# rate measured through the server (spec_schedule.MEASURED_ACCEPTANCE, MEASURED_DRAFT_RATE);
+# rate measured through the server (speculation.schedule.method_acceptance, method_draft_rate);
 # follows the committed figures
 CPU_SCHEDULE = [[1, 1, 7], [2, 2, 5], [3, 4, 3], [5, 6, 2], [7, 8, 1]]
 
@@ -201,7 +201,7 @@ def test_on_a_calibrated_cpu_the_schedule_drafts_where_the_server_measured_gains
     batch 4). (That kind now plans with its served fit, served_fit.py; this holds the
     calibrated model a kind without one gets.)"""
     monkeypatch.delenv("AGENTSERVE_CALIBRATE")
-    monkeypatch.delitem(SERVED_FITS, "avx512_bf16")
+    set_profile(monkeypatch, "avx512_bf16", served_fit=None)
     model = _spec().models[0]
     latency = latency_model_for(model, "avx512_bf16")
     assert latency.speculative_step_factor_loaded < latency.speculative_step_factor

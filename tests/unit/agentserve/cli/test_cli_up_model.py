@@ -8,12 +8,12 @@ import json
 
 import pytest
 from agentserve import spec_defaults
-from agentserve.calibration import DECISIONS_ENV
 from agentserve.cli import build_parser
 from agentserve.cli.console import Console
 from agentserve.cli.up import base_spec, load_up_spec, run_up
 from agentserve.spec import BUNDLED_MODEL, SpecError
 from agentserve.spec_overrides import served_name
+from agentserve.speculation.calibration import DECISIONS_ENV
 
 
 @pytest.fixture

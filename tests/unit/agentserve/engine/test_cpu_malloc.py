@@ -12,6 +12,7 @@ import pytest
 from agentserve.engine import cpu_settings
 from agentserve.engine.cpu_malloc import malloc_library
 from agentserve.engine.cpu_settings import SETTINGS, cpu_malloc, engine_environment
+from profile_fakes import drop_profile, set_profile
 
 
 def _lib(directory, name):
@@ -59,7 +60,9 @@ def test_the_allocator_goes_first_in_ld_preload_and_a_users_own_is_kept(tmp_path
 
 
 def test_the_choice_is_the_env_then_the_measured_kind_then_glibc(monkeypatch):
-    monkeypatch.setattr(cpu_settings, "MALLOC_BY_CPU", {"amx": "jemalloc"})
+    set_profile(monkeypatch, "amx", engine={"executor": "uni", "allocator": "jemalloc",
+                                            "quiet_ray": True})  # fmt: skip
+    drop_profile(monkeypatch, "avx2")
     assert cpu_malloc({}, "amx") == "jemalloc"
     assert cpu_malloc({}, "avx2") == "glibc"
     assert cpu_malloc({"AGENTSERVE_CPU_MALLOC": " TCMalloc "}, "amx") == "tcmalloc"

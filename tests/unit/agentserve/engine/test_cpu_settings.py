@@ -15,6 +15,7 @@ from agentserve.engine.cpu_settings import (
     replica_cores,
     replica_slot,
 )
+from profile_fakes import drop_profile, set_profile
 
 EPYC_AVX2 = """processor\t: 0
 model name\t: AMD EPYC
@@ -76,7 +77,8 @@ def test_an_unknown_policy_is_refused_with_the_choices():
 def test_environment_fills_only_what_is_unset(tmp_path, monkeypatch):
     from agentserve.engine import cpu_settings
 
-    monkeypatch.setattr(cpu_settings, "EXECUTOR_BY_CPU", {})  # a CPU never measured: "mp"
+    monkeypatch.setattr(cpu_settings, "_this_cpu_class", lambda: "other")
+    drop_profile(monkeypatch, "other")  # a CPU never measured: "mp"
     iomp = tmp_path / "libiomp5.so"
     iomp.write_bytes(b"")
     env = engine_environment({}, cores=[0, 1], iomp=iomp)
@@ -114,7 +116,8 @@ def test_iomp_is_found_in_an_environment_prefix(tmp_path):
 def test_compile_on_cpu_env_overrides_measured_choice_and_unmeasured_kinds_compile(monkeypatch):
     from agentserve.engine import cpu_settings
 
-    monkeypatch.setattr(cpu_settings, "COMPILE_BY_CPU", {"avx2": False})
+    set_profile(monkeypatch, "avx2", compile=False)
+    drop_profile(monkeypatch, "amx")
     assert cpu_settings.compile_on_cpu({}, "avx2") is False
     assert cpu_settings.compile_on_cpu({}, "amx") is True  # never measured: vLLM's default
     assert cpu_settings.compile_on_cpu({"AGENTSERVE_CPU_COMPILE": "1"}, "avx2") is True
@@ -147,7 +150,7 @@ def test_the_uni_executor_puts_one_cpu_worker_in_the_engine_core(monkeypatch):
     mp = {"AGENTSERVE_CPU_EXECUTOR": "mp"}
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in engine_environment(mp, cores=[0, 1])
     # unset: the measured choice for the kind of CPU; vLLM's own (mp) where never measured
-    assert cpu_settings.cpu_executor({}, "amx") == cpu_settings.EXECUTOR_BY_CPU["amx"]
+    assert cpu_settings.cpu_executor({}, "amx") == cpu_settings.engine_profile("amx").executor
     assert cpu_settings.cpu_executor({}, "some-unmeasured-kind") == "mp"
     kept = {**env, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # set by the user: theirs
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in engine_environment(kept, cores=[0, 1])

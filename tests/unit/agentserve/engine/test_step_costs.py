@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from agentserve.calibration import DECISIONS_ENV, export_decisions
 from agentserve.engine import step_costs
 from agentserve.engine.cpu_info import read_cpu_info
 from agentserve.serve.metrics import ServingMetrics
+from agentserve.speculation.calibration import DECISIONS_ENV, export_decisions
 
 TINY = {
     "model_type": "llama",

@@ -10,10 +10,10 @@ from agentserve.autoscale.latency_stat import bucket_of, bucket_upper_ms, pooled
 from agentserve.autoscale.policy import TenantLatency
 from agentserve.autoscale.ray_policy import snapshot_from_context
 from agentserve.engine.protocol import Delta, EngineRequest, EngineStats
-from agentserve.engine.spec_by_batch import SpecByBatch, acceptance_by_bucket, batch_bucket
 from agentserve.serve.replica import ModelReplica
 from agentserve.serve.replica_stats import ACCEPTED_AT_HEADER, TENANT_HEADER, ReplicaStats
 from agentserve.spec import DeploymentSpec
+from agentserve.speculation.by_batch import SpecByBatch, acceptance_by_bucket, batch_bucket
 from agentserve_bench.fake_engine import FakeEngine, FakeEngineFactory
 
 
@@ -249,7 +249,7 @@ def test_engine_waiting_counts_as_queued_for_the_policy():
 
 
 def test_vllm_stat_logger_adds_each_step_under_its_running_batch():
-    from agentserve.engine.spec_by_batch import vllm_stat_logger
+    from agentserve.speculation.by_batch import vllm_stat_logger
     from vllm.v1.metrics.stats import SchedulerStats
     from vllm.v1.spec_decode.metrics import SpecDecodingStats
 
@@ -265,7 +265,7 @@ def test_vllm_stat_logger_adds_each_step_under_its_running_batch():
 
 
 def test_vllm_stat_logger_reports_every_step_with_the_requests_the_scheduler_holds():
-    from agentserve.engine.spec_by_batch import vllm_stat_logger
+    from agentserve.speculation.by_batch import vllm_stat_logger
     from vllm.v1.metrics.stats import SchedulerStats
 
     steps: list[tuple[int, int]] = []

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 from agentserve.autoscale.model import LatencyModel, speculation_schedule
-from agentserve.autoscale.spec_schedule import latency_model_for, with_speculation_schedule
 from agentserve.cli import main
 from agentserve.engine.vllm_args import speculative_config
 from agentserve.spec import DeploymentSpec, load_spec
+from agentserve.speculation.schedule import latency_model_for, with_speculation_schedule
 
 SPEC = DeploymentSpec.model_validate(
     {

@@ -1,6 +1,6 @@
 """Hybrid drafting without DFlash's block forward on steps n-gram drafts alone.
 
-A hybrid engine (engine/hybrid_drafter.py) runs vLLM's DFlash proposer in every step and
+A hybrid engine (speculation/hybrid_drafter.py) runs vLLM's DFlash proposer in every step and
 then, per request, replaces its draft with the n-gram draft where prompt lookup matches.
 On a step where prompt lookup matches for every request, DFlash's drafts are all thrown
 away, yet the proposer ran its whole block forward (every drafter layer over k + 1 query

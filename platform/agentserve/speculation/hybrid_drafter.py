@@ -8,7 +8,7 @@ refuses `disable_padded_drafter_batch` for DFlash, which would have given the sa
 the step). DFlash has drafted every request in the step, as vLLM runs it: its drafter keeps
 context K/V from the target's hidden states and must see every accepted token (on a step
 where prompt lookup matches for every request, or in a batch bigger than `dflash_max_batch`,
-it stores that context only and skips its block forward: engine/hybrid_block.py). Then, per
+it stores that context only and skips its block forward: speculation/hybrid_block.py). Then, per
 request, the n-gram draft (vLLM's own `NgramProposer` on those token ids) replaces DFlash's
 where prompt lookup finds a match, and DFlash's draft is cut to `dflash_tokens` where it
 does not. The target verifies either kind the same way, so the output stays the target's:
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from agentserve.engine.hybrid_stats import proposer_rows, read_stats, request_counts
+from agentserve.speculation.hybrid_stats import proposer_rows, read_stats, request_counts
 
 __all__ = [
     "CONFIG_KEY",
@@ -103,7 +103,7 @@ class HybridDrafts:
     )
     pending: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     by_request: OrderedDict[str, dict[str, ProposerCounts]] = field(default_factory=OrderedDict)
-    context_only: bool = False  # this step's DFlash skipped its block (engine/hybrid_block.py)
+    context_only: bool = False  # this step's DFlash skipped its block (speculation/hybrid_block.py)
     steps: dict[str, int] = field(default_factory=lambda: {"block": 0, "context_only": 0})
     _written: float = 0.0
     _timer: threading.Timer | None = None
@@ -338,7 +338,7 @@ def _wrap_init(original: Any) -> Any:
 
 
 def patch_runner(module: Any) -> None:
-    from agentserve.engine.hybrid_block import patch_proposer
+    from agentserve.speculation.hybrid_block import patch_proposer
 
     runner = module.GPUModelRunner
     patch_proposer(runner, _hybrid_of)

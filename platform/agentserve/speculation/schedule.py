@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from agentserve import profiles
 from agentserve.autoscale.calibrated_model import calibrated_latency_model
 from agentserve.autoscale.model import (
     LatencyModel,
@@ -39,35 +40,32 @@ from agentserve.spec import (
 )
 
 __all__ = [
-    "MEASURED_ACCEPTANCE",
-    "MEASURED_DRAFT_RATE",
     "acceptance_from_served",
     "draft_rate_from_served",
     "latency_model_for",
     "measured_acceptance",
+    "method_acceptance",
+    "method_draft_rate",
     "schedule_for",
     "with_default_schedules",
     "with_speculation_schedule",
 ]
 
 
-# Per-token acceptance of each speculative method on the bundled model, measured through the
-# server (`agentserve bench speculative-served`, agentserve rows): (alpha at batch 1, drop per
-# doubling of the batch), from tau at concurrency 1 and 4 over both workloads
-# (`acceptance_from_served`). tests/unit/agentserve/autoscale/test_measured_acceptance.py
-# checks this table against the committed figures. A method not listed keeps LatencyModel's
-# assumption.
-MEASURED_ACCEPTANCE: dict[str, tuple[float, float]] = {
-    "ngram": (0.834, 0.063),
-    "dflash": (0.472, 0.0),
-    "hybrid": (0.714, 0.0),  # n-gram and DFlash drafts together, at the engine's k
-}
+def method_acceptance() -> dict[str, tuple[float, float]]:
+    """{method: (alpha at batch 1, drop per doubling of the batch)} of each speculative
+    method on the bundled model, measured through the server (`acceptance_from_served` over
+    every kind of machine's agentserve rows, the pooled profile's `acceptance`); a method
+    not listed keeps LatencyModel's assumption."""
+    measured = profiles.section(profiles.POOLED, "acceptance") or {}
+    return {m: (a.alpha_1, a.drop_per_doubling) for m, a in measured.items()}
 
 
-# The share of a sequence's decode steps that carried a draft, per method, through the server
-# at concurrency 1 (`draft_rate_from_served`; the same test holds it to the committed
-# figures): prompt lookup drafts only where the context repeats, a drafter on every step.
-MEASURED_DRAFT_RATE: dict[str, float] = {"dflash": 1.0, "hybrid": 1.0, "ngram": 0.481}
+def method_draft_rate() -> dict[str, float]:
+    """{method: the share of a sequence's decode steps that carried a draft} through the
+    server at concurrency 1 (`draft_rate_from_served`, the pooled profile's `draft_rate`):
+    prompt lookup drafts only where the context repeats, a drafter on every step."""
+    return dict(profiles.section(profiles.POOLED, "draft_rate") or {})
 
 
 def draft_rate_from_served(records: list[dict]) -> dict[str, float]:
@@ -157,7 +155,7 @@ def _drafted_k(row: dict) -> int | None:
 def latency_model_for(model: ModelSpec, machine: str | None = None) -> LatencyModel | None:
     """The latency model measured for this model on the machine its replicas run on
     (`machine`: its kind, a cpu_class or "cuda"; None = this machine), with the measured
-    acceptance of its drafter's method (MEASURED_ACCEPTANCE): for the bundled model with
+    acceptance of its drafter's method (method_acceptance): for the bundled model with
     vLLM, the one derived from that machine's calibrated step costs where there are some
     (calibrated_model.calibrated_latency_model), else on CPU LatencyModel() (fitted on the
     bundled model with vLLM on CPU); None for anything else until a model is fitted or
@@ -170,14 +168,15 @@ def latency_model_for(model: ModelSpec, machine: str | None = None) -> LatencyMo
         return _from_spec(model, drafting)
     if model.engine != "vllm" or model.source != BUNDLED_MODEL:
         return None
-    acceptance = MEASURED_ACCEPTANCE.get(model.drafter.method) if model.drafter.enabled else None
+    method = model.drafter.method
+    acceptance = method_acceptance().get(method) if model.drafter.enabled else None
     base = LatencyModel(drafter_every_step=drafting)
     if acceptance is not None:
         base = dataclasses.replace(
             base,
             alpha_1=acceptance[0],
             alpha_drop_per_doubling=acceptance[1],
-            draft_rate=MEASURED_DRAFT_RATE.get(model.drafter.method, 1.0),
+            draft_rate=method_draft_rate().get(method, 1.0),
         )
     calibrated = calibrated_latency_model(model, base, machine)
     if calibrated is not None:
@@ -206,7 +205,7 @@ def _from_spec(model: ModelSpec, drafting: bool) -> LatencyModel:
 
 def measured_acceptance(model: ModelSpec) -> tuple[float, float] | None:
     """(alpha at batch 1, drop per doubling) measured for the model's drafter: its own
-    latency_model's, else its method's for the bundled model (MEASURED_ACCEPTANCE); None
+    latency_model's, else its method's for the bundled model (method_acceptance); None
     without a drafter or a measurement."""
     if not model.drafter.enabled:
         return None
@@ -215,7 +214,7 @@ def measured_acceptance(model: ModelSpec) -> tuple[float, float] | None:
         drop = own.alpha_drop_per_doubling
         return own.alpha_1, LatencyModel().alpha_drop_per_doubling if drop is None else drop
     if model.source == BUNDLED_MODEL:
-        return MEASURED_ACCEPTANCE.get(model.drafter.method)
+        return method_acceptance().get(model.drafter.method)
     return None
 
 

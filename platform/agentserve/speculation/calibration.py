@@ -1,11 +1,11 @@
 """The embedded default on a kind of CPU that has no served figures: calibrate, then choose.
 
-Where `agentserve bench speculative-served` has measured this kind of CPU (drafters.py
-DEFAULT_SPECULATION), its figures decide the bundled model's speculation. Anywhere else,
+Where `agentserve bench speculative-served` has measured this kind of CPU (its profile's
+`speculation`), its figures decide the bundled model's speculation. Anywhere else,
 `agentserve up` times this machine's step costs (engine/step_costs.py: seconds, cached per
-machine and model) and `speculation_choice.choose` picks dtype, method and k from them with
-each method's measured acceptance (autoscale/spec_schedule.py MEASURED_ACCEPTANCE), scaled
-by what the served benchmark showed vLLM's whole step adds (SERVED_FACTOR). `--speculation`
+machine and model) and `speculation.choice.choose` picks dtype, method and k from them with
+each method's measured acceptance (the pooled profile's), scaled by what the served
+benchmark showed vLLM's whole step adds (its served factors). `--speculation`
 and the spec's own drafter and dtype settings still win.
 
 The decision is also exported to the ingress (AGENTSERVE_SPECULATION_DECISIONS, read by
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentserve.speculation_choice import Choice, choose_served, drafter_fraction
+from agentserve.speculation.choice import Choice, choose_served, drafter_fraction
 
 __all__ = [
     "DECISIONS_ENV",
@@ -40,17 +40,18 @@ def calibrated_choice(
 ) -> tuple[Choice, dict[str, Any], bool]:
     """(choice, profile, was_cached) for the model at `model_dir` on this machine; DFlash is
     a candidate only when `drafter_dir` (a shipped drafter) is given."""
-    from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE
     from agentserve.engine.step_costs import cached_profile, measure_profile
+    from agentserve.speculation.schedule import method_acceptance
 
     profile, cached = cached_profile(
         model_dir, cache_root, lambda: measure_profile(model_dir, progress=progress)
     )
-    acceptance = {"ngram": MEASURED_ACCEPTANCE["ngram"]}
+    measured = method_acceptance()
+    acceptance = {"ngram": measured["ngram"]}
     fractions = {"ngram": 0.0}
     fraction = drafter_fraction(drafter_dir)
     if fraction is not None:
-        acceptance["dflash"] = MEASURED_ACCEPTANCE["dflash"]
+        acceptance["dflash"] = measured["dflash"]
         fractions["dflash"] = fraction
     choice = choose_served(profile, acceptance, fractions)
     return choice, profile, cached

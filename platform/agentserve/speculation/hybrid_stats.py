@@ -1,4 +1,4 @@
-"""Reading what a hybrid engine reports (engine/hybrid_drafter.py writes it): counts per
+"""Reading what a hybrid engine reports (speculation/hybrid_drafter.py writes it): counts per
 proposer, per request, and its drafting steps with and without DFlash's block forward."""
 
 from __future__ import annotations

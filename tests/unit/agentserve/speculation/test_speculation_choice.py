@@ -10,33 +10,35 @@ from pathlib import Path
 
 import pytest
 from agentserve import spec_defaults
-from agentserve.autoscale.spec_schedule import MEASURED_ACCEPTANCE
 from agentserve.drafters import (
     BUNDLED_DRAFTER_DIR,
-    DEFAULT_SPECULATION,
-    DEFAULT_SPECULATION_TOKENS,
+    default_speculation,
+    default_speculation_tokens,
+    has_served_speculation,
     rows_of_shipped_drafter,
 )
 from agentserve.engine.cpu_settings import SCHEDULE_OFF, default_settings
 from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
-from agentserve.speculation_choice import (
+from agentserve.speculation.choice import (
     LOADED_BATCH,
     MIN_GAIN,
-    SERVED_FACTOR,
-    SERVED_FACTOR_LOADED,
     Choice,
     choose,
     choose_served,
     drafter_fraction,
     factor_rows,
+    measured_served_factors,
     predicted_speedup,
     served_factors,
 )
+from agentserve.speculation.schedule import method_acceptance
 
-BENCH = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
+BENCH = Path(__file__).resolve().parents[4] / "docs" / "benchmarks"
 DRAFTING = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0
 FRACTIONS = {"ngram": 0.0, "dflash": DRAFTING, "hybrid": DRAFTING}  # hybrid drafts every step
+SERVED_FACTOR, SERVED_FACTOR_LOADED = measured_served_factors()  # the pooled profile's
+MEASURED_ACCEPTANCE = method_acceptance()
 
 
 def _profiles() -> list[dict]:
@@ -92,19 +94,19 @@ def test_each_recorded_choice_is_what_choose_makes_now():
 def test_where_served_figures_exist_the_calibrated_choice_agrees_with_them():
     for profile in _profiles():
         machine = profile["machine"]["cpu_class"]
-        if profile.get("emulated") or (BUNDLED_MODEL, machine) not in DEFAULT_SPECULATION:
+        if profile.get("emulated") or not has_served_speculation(BUNDLED_MODEL, machine):
             continue
         # at the k the served rows measured (SERVED_FACTOR is fitted there; other ks are
         # extrapolation, which the served figures cannot confirm), or where the profile did
         # not time that verification's size, the largest k below it that it timed
-        measured_k = DEFAULT_SPECULATION_TOKENS.get((BUNDLED_MODEL, machine))
+        measured_k = default_speculation_tokens(BUNDLED_MODEL, machine)
         timed = {int(n) - 1 for n in profile["dtypes"]["bfloat16"]["step_ms"]["1"]}
         ks = None if measured_k is None else {max(k for k in timed if k <= measured_k)}
         choice = choose(
             profile, MEASURED_ACCEPTANCE, FRACTIONS, SERVED_FACTOR, ks=ks,
             served_factor_loaded=SERVED_FACTOR_LOADED,
         )  # fmt: skip
-        assert choice.method == DEFAULT_SPECULATION[(BUNDLED_MODEL, machine)], choice.reason
+        assert choice.method == default_speculation(BUNDLED_MODEL, machine), choice.reason
 
 
 def test_the_served_factor_is_the_one_the_figures_give():

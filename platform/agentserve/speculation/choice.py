@@ -1,7 +1,7 @@
 """Choose dtype, speculative method and drafted tokens from a machine's step costs (pure).
 
 A speculative step of k drafted tokens emits tau(k) tokens per sequence (the method's
-measured acceptance, autoscale/spec_schedule.py MEASURED_ACCEPTANCE) and costs a
+measured acceptance, speculation/schedule.py method_acceptance) and costs a
 verification pass of 1 + k tokens plus the drafting. Its speed against plain decoding is
 
     speedup(k, batch) = tau(k, batch) x decode(batch) / (verify(batch, k) + draft(batch, k))
@@ -28,27 +28,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentserve import profiles
 from agentserve.autoscale.model import LOADED_FACTOR_BATCH, geometric_tau
 
 __all__ = [
-    "SERVED_FACTOR",
-    "SERVED_FACTOR_LOADED",
     "Choice",
     "choose",
     "choose_served",
     "drafter_fraction",
     "factor_rows",
+    "measured_served_factors",
     "predicted_speedup",
     "served_factors",
     "speculative_step_factor",
 ]
-
-# measured served speedup / speedup predicted from the step-cost profile, per method, on the
-# kinds of CPU with both figures (served_factors over
-# docs/benchmarks/calibration.json and speculative.json with the shipped drafter's
-# draft fraction, at concurrency 1 and at LOADED_BATCH; a unit test holds these equal)
-SERVED_FACTOR: dict[str, float] = {"ngram": 0.602, "dflash": 0.709, "hybrid": 0.803}
-SERVED_FACTOR_LOADED: dict[str, float] = {"ngram": 0.713, "dflash": 0.827, "hybrid": 0.807}
 
 MIN_GAIN = 1.15  # speculation must be predicted this much faster than plain at batch 1
 NOMINAL_PROMPT, NOMINAL_OUTPUT = 512, 128  # an agent turn: tool results in, a reply out
@@ -108,7 +101,7 @@ def served_factors(
     the prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at
     1 (only ever a correction downwards). Methods with no pair are absent. Where a method
     has schedule-off rows on a kind of CPU, only those count there, as in
-    spec_schedule.acceptance_from_served: under the schedule a row's k and tau describe
+    speculation.schedule.acceptance_from_served: under the schedule a row's k and tau describe
     only the batches that drafted."""
     draft_fraction = draft_fraction or {}
     by_class = {p["machine"]["cpu_class"]: p for p in profiles}
@@ -131,17 +124,26 @@ def served_factors(
     return out
 
 
+def measured_served_factors() -> tuple[dict[str, float], dict[str, float]]:
+    """({method: served factor at concurrency 1}, {the same at LOADED_BATCH}) as the pooled
+    profile records them (`served_factors` over docs/benchmarks/calibration.json and
+    speculative.json with the shipped drafter's draft fraction); empty where unmeasured."""
+    factors = profiles.section(profiles.POOLED, "served_factor")
+    return ({}, {}) if factors is None else (dict(factors.batch_1), dict(factors.loaded))
+
+
 def speculative_step_factor(
     method: str | None, draft_fraction: float = 0.0, loaded: bool = False
 ) -> float:
     """What a speculative step of `method` costs against the verification GEMMs the profile
     predicts: the drafting (`draft_fraction` of a verification pass) and what the rest of
-    vLLM's step adds (1 / SERVED_FACTOR; `loaded`: at LOADED_BATCH, 1 /
-    SERVED_FACTOR_LOADED where measured); 1.0 for a method without a served factor."""
-    if method not in SERVED_FACTOR:
+    vLLM's step adds (1 / the measured served factor; `loaded`: the one at LOADED_BATCH
+    where measured); 1.0 for a method without a served factor."""
+    first, at_load = measured_served_factors()
+    if method not in first:
         return 1.0
-    factor = SERVED_FACTOR_LOADED.get(method, SERVED_FACTOR[method]) if loaded else None
-    return (1.0 + draft_fraction) / (factor or SERVED_FACTOR[method])
+    factor = at_load.get(method, first[method]) if loaded else None
+    return (1.0 + draft_fraction) / (factor or first[method])
 
 
 def factor_rows(
@@ -254,12 +256,10 @@ def choose_served(
     acceptance: Mapping[str, tuple[float, float]],
     draft_fraction: Mapping[str, float] | None = None,
 ) -> Choice:
-    """`choose` with the served factors measured through the server (SERVED_FACTOR at
-    batch 1, SERVED_FACTOR_LOADED at LOADED_BATCH): what start-up calibration decides."""
-    return choose(
-        profile, acceptance, draft_fraction, SERVED_FACTOR,
-        served_factor_loaded=SERVED_FACTOR_LOADED,
-    )  # fmt: skip
+    """`choose` with the served factors measured through the server (measured_served_factors:
+    at batch 1 and at LOADED_BATCH): what start-up calibration decides."""
+    first, loaded = measured_served_factors()
+    return choose(profile, acceptance, draft_fraction, first, served_factor_loaded=loaded)
 
 
 def _row(dtype, method, k, speedup, loaded, turn_ms) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from agentserve.engine import hybrid_drafter as h
+from agentserve.speculation import hybrid_drafter as h
 
 Taken = namedtuple("Taken", "req_ids draft_token_ids")  # vLLM's DraftTokenIds fields
 

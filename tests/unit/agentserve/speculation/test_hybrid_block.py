@@ -1,4 +1,4 @@
-"""Hybrid steps without DFlash's block forward (engine/hybrid_block.py): the early prompt
+"""Hybrid steps without DFlash's block forward (speculation/hybrid_block.py): the early prompt
 lookup (vLLM's own NgramProposer), the runner and proposer hooks, and `combine` after such
 a step. The real engine runs it in tests/integration/test_vllm_dflash.py (float32 greedy
 identity, with context-only steps counted)."""
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from agentserve.engine import hybrid_block as hb
-from agentserve.engine import hybrid_drafter as h
+from agentserve.speculation import hybrid_block as hb
+from agentserve.speculation import hybrid_drafter as h
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +198,7 @@ def test_a_proposer_without_the_context_path_falls_back_to_vllm_for_good(caplog)
 
 
 def test_the_stats_file_gives_the_step_kinds(tmp_path):
-    from agentserve.engine.hybrid_stats import step_rows
+    from agentserve.speculation.hybrid_stats import step_rows
 
     hybrid = h.HybridDrafts(Ngram(True), 2, stats_path=str(tmp_path / "s.json"))
     assert step_rows(hybrid.stats_path) == ()  # nothing written yet

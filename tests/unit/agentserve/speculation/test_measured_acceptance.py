@@ -1,6 +1,7 @@
 """The speculation schedule and the capacity model use each method's acceptance as measured
-through the server (spec_schedule.MEASURED_ACCEPTANCE), not one assumed acceptance for all:
-the table follows the committed served figures, and a method's schedule follows its table."""
+through the server (speculation.schedule.method_acceptance: the pooled profile), not one assumed
+acceptance for all: the profile follows the committed served figures, and a method's
+schedule follows its profile."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from pathlib import Path
 
 import pytest
 from agentserve.autoscale.model import LatencyModel, alpha_from_tau
-from agentserve.autoscale.spec_schedule import (
-    MEASURED_ACCEPTANCE,
-    MEASURED_DRAFT_RATE,
+from agentserve.drafters import rows_of_shipped_drafter
+from agentserve.spec import DeploymentSpec
+from agentserve.speculation.schedule import (
     acceptance_from_served,
     draft_rate_from_served,
     latency_model_for,
+    method_acceptance,
+    method_draft_rate,
 )
-from agentserve.drafters import rows_of_shipped_drafter
-from agentserve.spec import DeploymentSpec
 
 FIGURES = Path(__file__).resolve().parents[4] / "docs" / "benchmarks" / "speculative.json"
 
@@ -87,18 +88,18 @@ def test_a_row_counts_at_the_k_its_recorded_schedule_drafted():
 
 def test_table_follows_the_committed_served_figures():
     records = rows_of_shipped_drafter(json.loads(FIGURES.read_text()))
-    assert acceptance_from_served(records) == MEASURED_ACCEPTANCE, (
-        "update agentserve.autoscale.spec_schedule.MEASURED_ACCEPTANCE from the served figures"
+    assert acceptance_from_served(records) == method_acceptance(), (
+        "rerun `agentserve bench speculative-served --report-only` (profiles/pooled.json)"
     )
 
 
-@pytest.mark.parametrize("method", sorted(MEASURED_ACCEPTANCE))
+@pytest.mark.parametrize("method", sorted(method_acceptance()))
 def test_each_methods_latency_model_carries_its_own_acceptance(method):
     spec = DeploymentSpec.model_validate(
         {"models": [{"drafter": {"enabled": True, "method": method, "num_speculative_tokens": 3}}]}
     )
     latency = latency_model_for(spec.models[0])
-    assert (latency.alpha_1, latency.alpha_drop_per_doubling) == MEASURED_ACCEPTANCE[method]
+    assert (latency.alpha_1, latency.alpha_drop_per_doubling) == method_acceptance()[method]
 
 
 def test_draft_rate_counts_the_steps_that_carried_a_draft():
@@ -114,15 +115,15 @@ def test_draft_rate_counts_the_steps_that_carried_a_draft():
 
 def test_draft_rate_table_follows_the_committed_served_figures():
     records = rows_of_shipped_drafter(json.loads(FIGURES.read_text()))
-    assert draft_rate_from_served(records) == MEASURED_DRAFT_RATE, (
-        "update agentserve.autoscale.spec_schedule.MEASURED_DRAFT_RATE from the served figures"
+    assert draft_rate_from_served(records) == method_draft_rate(), (
+        "rerun `agentserve bench speculative-served --report-only` (profiles/pooled.json)"
     )
-    assert 0.3 < MEASURED_DRAFT_RATE["ngram"] < 0.8  # prompt lookup: where the context repeats
+    assert 0.3 < method_draft_rate()["ngram"] < 0.8  # prompt lookup: where the context repeats
 
 
-@pytest.mark.parametrize("method", sorted(MEASURED_DRAFT_RATE))
+@pytest.mark.parametrize("method", sorted(method_draft_rate()))
 def test_each_methods_latency_model_carries_its_draft_rate(method):
     spec = DeploymentSpec.model_validate(
         {"models": [{"drafter": {"enabled": True, "method": method, "num_speculative_tokens": 3}}]}
     )
-    assert latency_model_for(spec.models[0]).draft_rate == MEASURED_DRAFT_RATE[method]
+    assert latency_model_for(spec.models[0]).draft_rate == method_draft_rate()[method]
