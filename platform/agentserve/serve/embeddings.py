@@ -14,13 +14,12 @@ completions.
 from __future__ import annotations
 
 import uuid
-from types import SimpleNamespace
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from opentelemetry.trace import Tracer
 
-from agentserve.admission.shares import estimate_prompt_tokens
+from agentserve.admission.shares import prompt_tokens
 from agentserve.api.auth import Tenant, TenantResolver
 from agentserve.api.body import decode_json, read_body
 from agentserve.api.embeddings import (
@@ -117,6 +116,6 @@ def _reserve(body: EmbeddingsRequest) -> int:
     """Tokens to reserve at admission: the inputs' estimated tokens (no output)."""
     return sum(
         len(item) if isinstance(item, tuple)
-        else estimate_prompt_tokens("completion", SimpleNamespace(prompt=item))
+        else prompt_tokens(item)
         for item in body.inputs
     )  # fmt: skip

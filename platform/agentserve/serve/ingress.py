@@ -135,11 +135,11 @@ class _Ingress:
                 raw = await read_body(
                     request, server.max_request_body_bytes, server.body_read_timeout_s
                 )  # 2.
-                body = await self.admit_stage(kind, raw, tenant, responses, held)  # 3., 4.
-            request_id, first = await self.dispatch_stage(kind, body, request, tenant, held)
+                ask = await self.admit_stage(kind, raw, tenant, responses, held)  # 3., 4.
+            request_id, first = await self.dispatch_stage(ask, request, tenant, held)
             see = functools.partial(self.admit_stage.see, held.call)
-            reply = Reply(kind, body, request_id, request, responses, held, see)  # 6.
-            if not body.stream:
+            reply = Reply(ask, request_id, request, responses, held, see)  # 6.
+            if not ask.stream:
                 yield await reply.json(first)
                 return
             yield reply.headers

@@ -31,6 +31,7 @@ from agentserve.admission.priority import Dispatcher
 from agentserve.admission.response_budget import buffer_cap, capped
 from agentserve.admission.shared_limits import LocalQuota, SharedQuota
 from agentserve.admission.shares import AdmittedCall, QueueShares, ingress_replicas
+from agentserve.api.ask import Ask
 from agentserve.api.auth import Tenant
 from agentserve.api.cache_salt import CacheSalter, salt_key
 from agentserve.api.embeddings import generate_only
@@ -133,9 +134,10 @@ class Admit:
         tenant: Tenant,
         responses: ResponsesRequest | None,
         held: Held,
-    ) -> Any:
-        """The validated request; its admission is on `held` as soon as it is taken, so a
-        body admitted before its check and then refused is given back by the close."""
+    ) -> Ask:
+        """The validated request's Ask (api/ask.py); its admission is on `held` as soon as
+        it is taken, so a body admitted before its check and then refused is given back by
+        the close."""
         adapter: list[str | None] = [None]  # what `translate` read from the model
 
         def translate(data: Any) -> Any:
@@ -205,48 +207,49 @@ class Dispatch:
         self.poison = PoisonList(clock)  # requests that crashed replicas (serve/poison.py)
 
     async def __call__(
-        self, kind: RequestKind, body: Any, request: Request, tenant: Tenant, held: Held
+        self, ask: Ask, request: Request, tenant: Tenant, held: Held
     ) -> tuple[str, Delta]:
         """(engine request id, first delta): 400 for a request that crashed replicas or
         whose answer is too large to buffer, 429 for a batch request past its deadline,
         the engine's 4xx, 503 when it is unavailable or a cold start takes too long."""
-        call, model = held.call, body.model
+        call, model, kind, body = held.call, ask.model, ask.kind, ask.payload
         budget = self.poison.check(tenant.name, kind, body)  # death budget, or 400
-        cap = buffer_cap(kind, body, self.admit.max_model_len.get(model))  # None: a stream
-        engine_request = self._engine_request(kind, body, request, tenant, held)
-        spans.name_request(held.span, engine_request.request_id, call.adapter or model, body)
+        cap = buffer_cap(ask, self.admit.max_model_len.get(model))  # None: a stream
+        engine_request = self._engine_request(ask, request, tenant, held)
+        spans.name_request(held.span, engine_request.request_id, call.adapter or model, ask)
         ready = await self.backends[model].ready_replicas()
         await self.dispatcher.send(model, tenant, call.count, ready)  # earliest deadline first
         call.sent = call.count
-        held.stream = capped(self._open(kind, body, tenant, engine_request, budget), cap)
+        held.stream = capped(self._open(ask, tenant, engine_request, budget), cap)
         first = await self._first_or_hold(model, held.stream, ready)
         self.admit.see(call, first)
         return engine_request.request_id, first
 
     def _engine_request(
-        self, kind: RequestKind, body: Any, request: Request, tenant: Tenant, held: Held
+        self, ask: Ask, request: Request, tenant: Tenant, held: Held
     ) -> EngineRequest:
-        """`body` (left as parsed) with this ingress's decisions (serve/engine_request.py)."""
+        """The payload (left as parsed) with this ingress's decisions
+        (serve/engine_request.py)."""
         headers = engine_headers(held.span, request.headers, tenant.name)
         adapter = held.call.adapter if held.call is not None else None
-        if (chars := self.affinity.get(body.model)) is not None:  # serve/affinity.py
-            served = f"{body.model}:{adapter}" if adapter else body.model  # one home each
-            key = affinity_key(tenant.name, served, request.headers, kind, body, chars)
+        if (chars := self.affinity.get(ask.model)) is not None:  # serve/affinity.py
+            served = f"{ask.model}:{adapter}" if adapter else ask.model  # one home each
+            key = affinity_key(tenant.name, served, request.headers, ask, chars)
             headers.update({AFFINITY_HEADER: key} if key else {})
-        priority = self.dispatcher.priority(body.model, tenant)  # admission/priority.py
-        salt = self.salter.salt(tenant.name, body.cache_salt)  # no shared prefixes
+        priority = self.dispatcher.priority(ask.model, tenant)  # admission/priority.py
+        salt = self.salter.salt(tenant.name, ask.cache_salt)  # no shared prefixes
         return engine_request(
-            kind, body, request_id=uuid.uuid4().hex, headers=headers, priority=priority,
+            ask.kind, ask.payload, request_id=uuid.uuid4().hex, headers=headers, priority=priority,
             cache_salt=salt, adapter=adapter,
         )  # fmt: skip
 
     def _open(
-        self, kind: RequestKind, body: Any, tenant: Tenant, request: EngineRequest, budget: int
+        self, ask: Ask, tenant: Tenant, request: EngineRequest, budget: int
     ) -> AsyncIterator[Delta]:
         """The engine stream: one engine request per choice (n > 1: merged), each
         continued on another replica when its replica dies (serve/migrate.py); the
         choices share one count of replica deaths, `budget` of them make it poison."""
-        model = body.model
+        model, kind, body = ask.model, ask.kind, ask.payload
         deaths = self.poison.deaths(tenant.name, kind, body)
         probation = budget < POISON_DEATHS
 
