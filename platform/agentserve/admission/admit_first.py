@@ -5,7 +5,7 @@ as before (its parse is cheap, and errors then name the field before any limit).
 
 So a tenant past its limits or fair share gets its 429 before any schema is checked, and
 the schemas of requests that are admitted are checked on the tenant's own turns
-(serve/parsing.py). The admission view carries exactly the fields token_reservation and
+(admission/parsing.py). The admission view carries exactly the fields token_reservation and
 the queue count read; when one of them has the wrong type, the request is validated
 first and the 400 names it.
 """
@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentserve.admission.parsing import INLINE_BODY_BYTES, RequestParser
 from agentserve.admission.shares import AdmittedCall, token_reservation
 from agentserve.api.ask import Ask, ask_of, ask_of_data
 from agentserve.api.auth import Tenant
 from agentserve.engine.protocol import RequestKind
-from agentserve.serve.parsing import INLINE_BODY_BYTES, RequestParser
 
 __all__ = ["Admission", "parse_and_admit"]
 

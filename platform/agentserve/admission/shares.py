@@ -27,7 +27,7 @@ from agentserve.api.errors import (
     OverloadedError,
     RateLimitError,
 )
-from agentserve.serve.delta_tracker import DeltaTracker
+from agentserve.engine.delta_tracker import DeltaTracker
 from agentserve.spec import DeploymentSpec, ModelSpec
 
 __all__ = ["AdmittedCall", "QueueShares", "estimate_prompt_tokens", "model_capacity"]

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentserve.engine.delta_tracker import DeltaTracker
 from agentserve.engine.protocol import (
     Continuation,
     Delta,
@@ -42,7 +43,6 @@ from agentserve.engine.protocol import (
     aclose_stream,
     output_limit,
 )
-from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.serve.poison import POISON_DEATHS, Deaths, PoisonRequestError
 from agentserve.serve.spans import SENT_AT_HEADER
 

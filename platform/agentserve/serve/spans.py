@@ -25,8 +25,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from agentserve import tracing as t
+from agentserve.engine.delta_tracker import DeltaTracker
 from agentserve.engine.protocol import Delta, EngineRequest, aclose_stream
-from agentserve.serve.delta_tracker import DeltaTracker
 
 if TYPE_CHECKING:
     from agentserve.api.ask import Ask

@@ -27,6 +27,7 @@ from fastapi import Request
 from opentelemetry.trace import Span, Tracer
 
 from agentserve.admission.admit_first import parse_and_admit
+from agentserve.admission.parsing import RequestParser
 from agentserve.admission.priority import Dispatcher
 from agentserve.admission.response_budget import buffer_cap, capped
 from agentserve.admission.shared_limits import LocalQuota, SharedQuota
@@ -54,7 +55,6 @@ from agentserve.serve.fanout import fan_out
 from agentserve.serve.held_board import HeldBoard, HeldStore, sla_scaled_models
 from agentserve.serve.metrics import ServingMetrics
 from agentserve.serve.migrate import migrating
-from agentserve.serve.parsing import RequestParser
 from agentserve.serve.poison import POISON_DEATHS, PoisonList
 from agentserve.spec import DeploymentSpec
 
@@ -106,7 +106,7 @@ class Held:
 
 
 class Admit:
-    """3. parse and 4. admit. Parse off the event loop (serve/parsing.py), in the order
+    """3. parse and 4. admit. Parse off the event loop (admission/parsing.py), in the order
     admission/admit_first.py picks; admit into the model's queue (admission/shares.py: 404,
     503 full, 429 past the tenant's fair share) and the tenant's limits (admission/quota.py,
     reserving tokens: 429)."""

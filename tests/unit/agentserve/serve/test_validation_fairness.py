@@ -1,5 +1,5 @@
 """Issue 30 item 1: one tenant's tool schemas cannot fail or stall another tenant's
-requests. Schema checks take turns across tenants (serve/fair_gate.py), each tenant has
+requests. Schema checks take turns across tenants (admission/fair_gate.py), each tenant has
 its own cache partition, and a request with schemas is admitted (limits, fair share)
 before its schemas are checked (serve/admit_first.py)."""
 
@@ -10,11 +10,11 @@ import json
 import threading
 import time
 
-from agentserve.serve import parsing
+from agentserve.admission import parsing
+from agentserve.admission.fair_gate import FairGate
+from agentserve.admission.parsing import RequestParser
 from agentserve.serve.backend import LocalBackend
-from agentserve.serve.fair_gate import FairGate
 from agentserve.serve.ingress import create_app
-from agentserve.serve.parsing import RequestParser
 from agentserve.spec import DeploymentSpec, hash_api_key
 from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import Call, asgi_request
