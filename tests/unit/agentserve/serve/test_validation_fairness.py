@@ -125,7 +125,7 @@ def test_a_tenant_past_its_limit_gets_429_before_any_schema_is_checked():
     engine = FakeEngine("m", 1024, token_delay_s=0.02, accept_per_step=1)
     asyncio.run(engine.start())
     app = create_app(spec, {"m": LocalBackend(engine)})
-    parser = app.state.ingress.parser
+    parser = app.state.ingress.admit_stage.parser
     headers = {"authorization": f"Bearer {key}"}
 
     async def run() -> Call:
