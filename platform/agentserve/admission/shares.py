@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentserve.admission.quota import Lease
@@ -53,15 +53,13 @@ def ingress_replicas(spec: DeploymentSpec) -> int:
 @dataclass
 class AdmittedCall(DeltaTracker):
     """One admitted request's bookkeeping: its stream so far (DeltaTracker, fed each delta
-    with the ingress clock), its lease and places; closed exactly once (serve/stages.py)."""
+    with the ingress clock), its lease and places; given back once (serve/stages.py)."""
 
     model: str
     tenant: str
     start: float
     lease: Lease
-    closed: bool = field(default=False)
     count: int = 1  # places it holds in the model's queue: its choices (n)
-    sent: int = 0  # slots it holds toward the model's replicas (admission/priority.py)
     adapter: str | None = None  # the LoRA adapter the request named (serve/adapter_names.py)
 
 

@@ -75,7 +75,7 @@ class _Ingress:
         metrics, capacity = serving_metrics(spec, self.backends, tenants)
         self.admit_stage = Admit(spec, capacity, metrics, clock, quota)
         self.dispatch_stage = Dispatch(spec, self.backends, self.admit_stage, clock, board)
-        self.close_stage = Close(self.admit_stage, self.dispatch_stage)
+        self.close_stage = Close(self.admit_stage)
         self.embeddings = EmbeddingsPath(  # /v1/embeddings on the same stages
             spec, self.admit_stage, self.dispatch_stage, self.close_stage, tracer
         )
@@ -113,7 +113,7 @@ class _Ingress:
     ) -> AsyncIterator[Response | dict[str, str] | bytes]:
         """The stages in order. Yields the whole answer, or a stream's headers and then its
         SSE bytes; the close stage runs once, whichever stage ended the request."""
-        held = Held.start(self.tracer, kind, request)  # what the request holds
+        held = Held.start(self.tracer, kind, request.headers, self.close_stage)  # what it holds
         try:
             tenant = self.tenants.resolve(request.headers.get("authorization"))  # 1.
             server = self.spec.server

@@ -1,15 +1,16 @@
 """The stages of the ingress's request path that take something a request must give back,
 each with one job and one undo; serve/ingress.py composes them, in this order:
 
-  Held      what one request holds (span, admission, engine stream, status); the close
-            stage gives it all back, once
+  Held      what one request holds (span, admission, engine stream, status) and, in one
+            AsyncExitStack, the undo of each stage taken; the close stage runs it, once
   Admit     3. parse and 4. admit: the body validated, places taken in the model's queue
             and the tenant's limits (admission/); undo: give them back
   Dispatch  5. dispatch: poison and buffer checks, the engine request, a slot toward the
             replicas (earliest deadline first), the engine stream opened (migrating, n
             choices merged, capped) and its first delta; undo: close the stream, free the
             slots
-  Close     7. close: the undos in reverse order, then metrics and the ingress span
+  Close     7. close: the undos in reverse order, then metrics and the ingress span (the
+            first thing on the stack, so the last to run)
 
 Authenticate (api/auth.py) and read (api/body.py) take nothing; 6. stream is
 serve/reply.py. Ray-free.
@@ -18,9 +19,10 @@ serve/reply.py. Ray-free.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -80,17 +82,23 @@ def status_of(err: BaseException) -> int:
 
 @dataclass
 class Held:
-    """What one request holds on the path; `status` is set once, by whoever decides it."""
+    """What one request holds on the path; `status` is set once, by whoever decides it.
+    `undo`: each stage pushes the undo of what it took as it takes it; the close stage
+    runs them in reverse order, once (AsyncExitStack.aclose empties the stack)."""
 
     span: Span
     call: AdmittedCall | None = None  # Admit: places in the queue, a lease
-    stream: AsyncIterator[Delta] | None = None  # Dispatch: the engine stream (and call.sent)
+    stream: AsyncIterator[Delta] | None = None  # Dispatch: the engine stream
     status: int | None = None
+    undo: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     @classmethod
-    def start(cls, tracer: Tracer, kind: RequestKind, request: Request) -> Held:
-        """The ingress span, a child of the caller's valid traceparent (serve/spans.py)."""
-        return cls(spans.start_ingress(tracer, kind, request.headers))
+    def start(cls, tracer: Tracer, kind: str, headers: Mapping[str, str], close: Close) -> Held:
+        """The ingress span, a child of the caller's valid traceparent (serve/spans.py);
+        the close stage's record of the request first on the stack, so it runs last."""
+        held = cls(spans.start_ingress(tracer, kind, headers))
+        held.undo.callback(close.record, held)
+        return held
 
     def finish(self, status: int) -> None:
         """The request's outcome; the first one set stands."""
@@ -147,11 +155,19 @@ class Admit:
 
         async def admit(model: str, tenant: Tenant, reserve: int, count: int) -> AdmittedCall:
             generate_only(model, self.embedders)  # 400 for an embedding model
-            held.call = await self.admit(model, tenant, reserve, count)
-            held.call.adapter = adapter[0]
-            return held.call
+            call = await self.take(held, model, tenant, reserve, count)
+            call.adapter = adapter[0]
+            return call
 
         return await parse_and_admit(self.parser, admit, kind, raw, translate, tenant)
+
+    async def take(
+        self, held: Held, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
+    ) -> AdmittedCall:
+        """`admit`, the call on `held` with its undo on the stack."""
+        held.call = await self.admit(model, tenant, reserve_tokens, count)
+        held.undo.callback(self.undo, held.call)
+        return held.call
 
     async def admit(
         self, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
@@ -218,9 +234,9 @@ class Dispatch:
         engine_request = self._engine_request(ask, request, tenant, held)
         spans.name_request(held.span, engine_request.request_id, call.adapter or model, ask)
         ready = await self.backends[model].ready_replicas()
-        await self.dispatcher.send(model, tenant, call.count, ready)  # earliest deadline first
-        call.sent = call.count
+        await self.send(held, model, tenant, ready)  # earliest deadline first
         held.stream = capped(self._open(ask, tenant, engine_request, budget), cap)
+        held.undo.push_async_callback(aclose_stream, held.stream)  # the engine aborts the rest
         first = await self._first_or_hold(model, held.stream, ready)
         self.admit.see(call, first)
         return engine_request.request_id, first
@@ -280,12 +296,12 @@ class Dispatch:
         hold_s = self.spec.autoscaling.cold_start_hold_timeout_s if cold else None
         return await held_for_cold_start(_first_delta(stream), model, hold_s)
 
-    async def undo(self, held: Held) -> None:
-        if held.stream is not None:
-            await aclose_stream(held.stream)  # the engine aborts what is left
-        if held.call is not None and held.call.sent:
-            self.dispatcher.release(held.call.model, held.call.sent)
-            held.call.sent = 0
+    async def send(self, held: Held, model: str, tenant: Tenant, ready: int | None) -> None:
+        """Slots toward the model's replicas for the admitted call's choices (earliest
+        deadline first: admission/priority.py), their release on `held`'s stack."""
+        count = held.call.count
+        await self.dispatcher.send(model, tenant, count, ready)
+        held.undo.callback(self.dispatcher.release, model, count)
 
 
 async def _first_delta(stream: AsyncIterator[Delta]) -> Delta:
@@ -299,19 +315,19 @@ class Close:
     """7. close: give back what `held` holds, in reverse order (Dispatch, then Admit), and
     record the request once: metrics (serve/metrics.py) and the ingress span."""
 
-    def __init__(self, admit: Admit, dispatch: Dispatch):
-        self.admit, self.dispatch = admit, dispatch
+    def __init__(self, admit: Admit):
+        self.admit = admit
 
     async def __call__(self, held: Held) -> None:
+        """Run `held`'s undo stack; a second close finds it empty."""
+        await held.undo.aclose()
+
+    def record(self, held: Held) -> None:
+        """The request's metrics and ingress span, after every undo (Held.start)."""
         status, call = held.status or 500, held.call
-        await self.dispatch.undo(held)
         if call is None:  # refused before admission
             spans.end_ingress(held.span, status)
             return
-        if call.closed:
-            return
-        call.closed = True
-        self.admit.undo(call)
         self.admit.metrics.observe_request(
             call.model,
             call.tenant,
