@@ -5,9 +5,9 @@ as before (its parse is cheap, and errors then name the field before any limit).
 
 So a tenant past its limits or fair share gets its 429 before any schema is checked, and
 the schemas of requests that are admitted are checked on the tenant's own turns
-(admission/parsing.py). The admission view carries exactly the fields token_reservation and
-the queue count read; when one of them has the wrong type, the request is validated
-first and the 400 names it.
+(admission/parsing.py). The admission view (api/ask.py ask_of_data) carries exactly the
+fields token_reservation and the queue count read; when one of them has the wrong type,
+the request is validated first and the 400 names it.
 """
 
 from __future__ import annotations
