@@ -1,7 +1,7 @@
 """Issue 30 item 1: one tenant's tool schemas cannot fail or stall another tenant's
 requests. Schema checks take turns across tenants (admission/fair_gate.py), each tenant has
 its own cache partition, and a request with schemas is admitted (limits, fair share)
-before its schemas are checked (serve/admit_first.py)."""
+before its schemas are checked (admission/admit_first.py)."""
 
 from __future__ import annotations
 
