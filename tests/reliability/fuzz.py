@@ -169,7 +169,7 @@ def fuzz(examples: int = FUZZ_EXAMPLES, seed: int = FUZZ_SEED) -> Outcome:
             if len(stats["failures"]) < 10:
                 stats["failures"].append({"route": route, "body": repr(body)[:300], "why": problem})
         counts["restarts"] += engine_down(engine)
-        if any(ingress.in_flight.values()):
+        if any(ingress.admit_stage.shares.in_flight.values()):
             stats["leaked"] += 1
             forget_leaks(ingress)
 
@@ -180,9 +180,9 @@ def fuzz(examples: int = FUZZ_EXAMPLES, seed: int = FUZZ_SEED) -> Outcome:
 
 def forget_leaks(ingress: Any) -> None:
     """Zero the ingress's places in flight in place, so a later leak is counted again:
-    `ingress.in_flight` is admission's own dict (QueueShares.in_flight); a new dict would
-    detach it and hide every later leak."""
-    shares = ingress.shares
+    a new dict in place of QueueShares.in_flight would hide every later leak from a
+    reference taken before."""
+    shares = ingress.admit_stage.shares
     for model in shares.in_flight:
         shares.in_flight[model] = 0
         shares._mine[model].clear()

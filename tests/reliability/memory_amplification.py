@@ -85,10 +85,11 @@ def memory_n_logprobs() -> Outcome:
     expected = {"non_stream_capped": 400, "stream": 200, "control_uncapped_non_stream": 200}
     lost = sum(runs[k]["status"] != want or not runs[k]["complete"] for k, want in expected.items())
     errors_5xx = sum(r["status"] >= 500 for r in runs.values())
+    from agentserve.api.ask import ask_of
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
     parsed = ChatCompletionRequest.model_validate(_body(stream=False))
-    worst = response_budget.worst_case_bytes("chat", parsed, spec.models[0].max_model_len)
+    worst = response_budget.worst_case_bytes(ask_of("chat", parsed), spec.models[0].max_model_len)
     return Outcome(
         requests=len(runs),
         lost=lost,

@@ -17,11 +17,10 @@ such a request is only cut off if it does grow past the cap.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from agentserve.admission.shares import prompt_estimates
+from agentserve.api.ask import Ask
 from agentserve.api.errors import InvalidRequestError
-from agentserve.api.prompts import prompts_of
 from agentserve.engine.protocol import Delta, aclose_stream
 
 __all__ = ["MAX_BUFFERED_BYTES", "ResponseTooLargeError", "buffer_cap", "capped", "delta_bytes"]
@@ -38,43 +37,29 @@ class ResponseTooLargeError(InvalidRequestError):
         super().__init__(message, param=param, code="response_too_large")
 
 
-def _logprobs_per_token(kind: str, body: Any) -> int:
-    """Log-probability entries per output token (0: none asked for)."""
-    if kind == "chat":
-        return (
-            1 + (getattr(body, "top_logprobs", None) or 0)
-            if getattr(body, "logprobs", False)
-            else 0
-        )
-    k = getattr(body, "logprobs", None)
-    return 0 if k is None else 1 + k
-
-
-def worst_case_bytes(kind: str, body: Any, context: int | None) -> int:
-    """The most a non-stream response of `body` can buffer (see the module docstring)."""
-    limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
-    n = getattr(body, "n", None) or 1
-    per_token = BYTES_PER_TOKEN + BYTES_PER_LOGPROB * _logprobs_per_token(kind, body)
+def worst_case_bytes(ask: Ask, context: int | None) -> int:
+    """The most a non-stream response of `ask` can buffer (see the module docstring)."""
+    limit = ask.output_limit
+    per_token = BYTES_PER_TOKEN + BYTES_PER_LOGPROB * ask.logprobs_per_token
     total = 0
-    for prompt in prompt_estimates(kind, body):  # a completion batch: each prompt's n
+    for prompt in prompt_estimates(ask):  # a completion batch: each prompt's n
         out = max(1, (context or prompt + 1) - prompt) if limit is None else limit
-        total += n * out * per_token
+        total += ask.n * out * per_token
     return total
 
 
-def buffer_cap(kind: str, body: Any, context: int | None, cap: int | None = None) -> int | None:
+def buffer_cap(ask: Ask, context: int | None, cap: int | None = None) -> int | None:
     """The byte cap for a non-stream request (None for a stream); ResponseTooLargeError
     when its worst case is over `cap` (default MAX_BUFFERED_BYTES)."""
-    if getattr(body, "stream", False):
+    if ask.stream:
         return None
     cap = MAX_BUFFERED_BYTES if cap is None else cap
-    limited = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
-    if limited is None:  # no limit to judge by: cut off at the cap if it gets there
+    if ask.output_limit is None:  # no limit to judge by: cut off at the cap if it gets there
         return cap
-    worst = worst_case_bytes(kind, body, context)
+    worst = worst_case_bytes(ask, context)
     if worst > cap:
-        batched = len(prompts_of(kind, body) or ()) > 1
-        param = "n" if (getattr(body, "n", None) or 1) > 1 else "max_tokens"
+        batched = len(ask.prompts or ()) > 1
+        param = "n" if ask.n > 1 else "max_tokens"
         raise ResponseTooLargeError(
             f"this non-stream request may produce about {worst // 2**20} MiB of response "
             f"({'prompts x ' if batched else ''}n x max_tokens x log probabilities), over "

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentserve.admission.quota import Lease
+from agentserve.api.ask import Ask
 from agentserve.api.auth import Tenant
 from agentserve.api.errors import (
     InvalidRequestError,
@@ -26,12 +27,11 @@ from agentserve.api.errors import (
     OverloadedError,
     RateLimitError,
 )
-from agentserve.api.prompts import prompts_of
-from agentserve.serve.delta_tracker import DeltaTracker
+from agentserve.engine.delta_tracker import DeltaTracker
 from agentserve.spec import DeploymentSpec, ModelSpec
 
 __all__ = ["AdmittedCall", "QueueShares", "estimate_prompt_tokens", "model_capacity"]
-__all__ += ["prompt_estimates", "token_reservation"]
+__all__ += ["prompt_estimates", "prompt_tokens", "token_reservation"]
 
 CHARS_PER_TOKEN = 4  # typical for English BPE vocabularies; settled to the real count
 
@@ -53,15 +53,13 @@ def ingress_replicas(spec: DeploymentSpec) -> int:
 @dataclass
 class AdmittedCall(DeltaTracker):
     """One admitted request's bookkeeping: its stream so far (DeltaTracker, fed each delta
-    with the ingress clock), its lease and places; closed exactly once (serve/stages.py)."""
+    with the ingress clock), its lease and places; given back once (serve/stages.py)."""
 
     model: str
     tenant: str
     start: float
     lease: Lease
-    closed: bool = field(default=False)
     count: int = 1  # places it holds in the model's queue: its choices (n)
-    sent: int = 0  # slots it holds toward the model's replicas (admission/priority.py)
     adapter: str | None = None  # the LoRA adapter the request named (serve/adapter_names.py)
 
 
@@ -143,41 +141,39 @@ class QueueShares:
         return len(self._tenants) > 1 and not tenant.rate_limit.max_concurrent_requests
 
 
-def estimate_prompt_tokens(kind: str, body: Any) -> int:
+def estimate_prompt_tokens(ask: Ask) -> int:
     """A cheap estimate of the prompt's tokens (the ingress has no tokenizer), summed over
     a batch's prompts (prompt_estimates)."""
-    return sum(prompt_estimates(kind, body))
+    return sum(prompt_estimates(ask))
 
 
-def prompt_estimates(kind: str, body: Any) -> list[int]:
+def prompt_estimates(ask: Ask) -> list[int]:
     """Each prompt's estimated tokens (one for a chat request; a completion batch's, in
     order, api/prompts.py): token-id prompts exactly; text as max(characters /
     CHARS_PER_TOKEN, words), plus tools (an admission view's `tools_chars`, its body's size
     less the message text counted; else the tools' text)."""
-    prompts = prompts_of(kind, body)
-    if prompts is not None:
-        return [_one_prompt_tokens(p) for p in prompts or [""]]
-    return [_chat_tokens(body)]
+    if ask.prompts is not None:
+        return [prompt_tokens(p) for p in ask.prompts or [""]]
+    return [_chat_tokens(ask)]
 
 
-def _chat_tokens(body: Any) -> int:
+def _chat_tokens(ask: Ask) -> int:
     total = counted = 0
-    for message in getattr(body, "messages", None) or []:
+    for message in ask.messages:
         content = message.get("content") if isinstance(message, dict) else None
         parts = content if isinstance(content, list) else [content]
         for part in parts:
             text = part.get("text") if isinstance(part, dict) else part
             total += 1 + (_text_tokens(text) if isinstance(text, str) else 0)
             counted += len(text) if isinstance(text, str) else 0
-    tools_chars = getattr(body, "tools_chars", None)  # an admission view's (admit_first.py)
-    if tools_chars is not None:  # the body's size holds the messages counted above too
-        return total + math.ceil(max(0, tools_chars - counted) / CHARS_PER_TOKEN)
-    for tool in getattr(body, "tools", None) or []:
+    if ask.tools_chars is not None:  # the body's size holds the messages counted above too
+        return total + math.ceil(max(0, ask.tools_chars - counted) / CHARS_PER_TOKEN)
+    for tool in ask.tools:
         total += _text_tokens(str(tool.model_dump() if hasattr(tool, "model_dump") else tool))
     return total
 
 
-def _one_prompt_tokens(prompt: Any) -> int:
+def prompt_tokens(prompt: Any) -> int:
     """A single completion prompt's tokens; 0 for a value validation will refuse (an
     admission view is read before validation)."""
     if isinstance(prompt, list):
@@ -190,16 +186,14 @@ def _text_tokens(text: str) -> int:
     return max(math.ceil(len(text) / CHARS_PER_TOKEN), words)
 
 
-def token_reservation(kind: str, body: Any, context: int | None) -> int:
-    """Tokens to reserve at admission: prompt estimate + the output limit (max_tokens or
-    max_completion_tokens; without one, the rest of the context), at most the context,
-    with the output counted once per choice (n); the prompt counts once, as in usage; a
-    completion batch reserves the sum over its prompts."""
-    limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
-    n = getattr(body, "n", None) or 1
-    total = 0
-    for prompt in prompt_estimates(kind, body):  # a batch: each prompt with its n choices
+def token_reservation(ask: Ask, context: int | None) -> int:
+    """Tokens to reserve at admission: prompt estimate + the output limit (without one,
+    the rest of the context), at most the context, with the output counted once per choice
+    (n); the prompt counts once, as in usage; a completion batch reserves the sum over its
+    prompts."""
+    limit, total = ask.output_limit, 0
+    for prompt in prompt_estimates(ask):  # a batch: each prompt with its n choices
         out = max(1, (context or prompt + 1) - prompt) if limit is None else limit
         one = min(prompt + out, context) if context else prompt + out
-        total += one + (n - 1) * max(0, one - prompt)
+        total += one + (ask.n - 1) * max(0, one - prompt)
     return total

@@ -25,7 +25,7 @@ with a 400 naming the field and the limit, before anything is queued:
                          structures' schemas are checked like the others
 
 Requests with any structured-output constraint are validated on the worker threads, on
-their tenant's turns (serve/parsing.py, serve/fair_gate.py), like requests with schemas.
+their tenant's turns (admission/parsing.py, admission/fair_gate.py), like requests with schemas.
 Every check here is O(limit) on the decoded body: cheap enough for the event loop.
 `check_schema_bytes` (the schemas' total size as compact JSON, O(schemas)) is what the
 child process that decodes large bodies runs (api/body_check.py), so a body of 3 MiB of

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentserve.api.errors import InvalidRequestError
 
-__all__ = ["MAX_BATCH_CHOICES", "MAX_PROMPTS", "check_prompts", "choice_count", "prompts_of"]
+__all__ = ["MAX_BATCH_CHOICES", "MAX_PROMPTS", "check_prompts", "prompts_of"]
 __all__ += ["split_prompts"]
 
 # A batch's prompts, and its prompts x n, at most: every choice is one engine request and
@@ -41,13 +41,6 @@ def prompts_of(kind: str, body: Any) -> list[Any] | None:
     if kind != "completion":
         return None
     return split_prompts(getattr(body, "prompt", None))
-
-
-def choice_count(kind: str, body: Any) -> int:
-    """The engine requests `body` runs: prompts x n (n alone for a chat request)."""
-    n = getattr(body, "n", None) or 1
-    prompts = prompts_of(kind, body)
-    return n * max(1, len(prompts)) if prompts is not None else n
 
 
 def check_prompts(prompts: list[Any], n: int) -> None:

@@ -10,7 +10,7 @@ so on a busy CPU the loop goes first. Results are small ((path, message) or None
 schema travels as its canonical JSON text. Light imports only: the child imports this
 module alone (and, for `run`, the module of the function it is given).
 
-The same child decodes request bodies over serve/parsing.py's INLINE_BODY_BYTES
+The same child decodes request bodies over admission/parsing.py's INLINE_BODY_BYTES
 (api/body_check.py): json.loads is C code that holds the GIL for the whole document
 (20-90 ms for 4 MiB of small values), which no thread can interleave with the loop.
 """

@@ -16,11 +16,11 @@ same 400 with the fake engine as with vLLM.
   MAX_SCHEMA_BYTES; top_logprobs at most
   MAX_LOGPROBS. Meta-validating a schema costs milliseconds, so results are kept in a
   SchemaCache (by SHA-256 of the canonical JSON) and a `deadline` bounds the work; the
-  ingress runs it off its event loop (serve/parsing.py), one cache per tenant.
+  ingress runs it off its event loop (admission/parsing.py), one cache per tenant.
 
 The long walks call a `checkpoint` (every CHECK_EVERY values, before each uncached schema):
 the ingress's raises ValidationTimeoutError past the request's deadline and lets another
-tenant's validation take its turn (serve/fair_gate.py).
+tenant's validation take its turn (admission/fair_gate.py).
 
 Error `param`s are OpenAI-style paths: `messages[0].content`, `tools[1].function.name`.
 """

@@ -29,6 +29,7 @@ __all__ = [
     "aclose_stream",
     "cached_prompt_tokens",
     "can_sleep",
+    "output_limit",
 ]
 
 RequestKind = Literal["chat", "completion"]
@@ -106,6 +107,14 @@ class Continuation:
     completion_tokens: int
     token_ids: tuple[int, ...] = ()
     prompt_token_ids: tuple[int, ...] = ()
+
+
+def output_limit(kind: RequestKind, body: Any) -> int | None:
+    """The output limit of an OpenAI body of `kind` (vLLM's protocol model): a chat
+    request's max_completion_tokens, else max_tokens; None: the rest of the context. The one
+    place that reads it (api/ask.py, serve/migrate.py, engine/vllm_engine.py)."""
+    limit = body.max_completion_tokens if kind == "chat" else None
+    return limit or body.max_tokens
 
 
 @dataclass(frozen=True)

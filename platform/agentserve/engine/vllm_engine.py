@@ -33,6 +33,7 @@ from agentserve.engine.protocol import (
     EngineRequestError,
     EngineStats,
     EngineUnavailableError,
+    output_limit,
 )
 from agentserve.engine.vllm_args import (
     engine_kwargs,
@@ -317,7 +318,7 @@ def _streaming_body(body: Any, request_id: str) -> Any:
     fields = type(body).model_fields
     if "request_id" in fields:
         update["request_id"] = request_id
-    if "return_token_ids" in fields and not getattr(body, "echo", False):
+    if "return_token_ids" in fields and not body.echo:
         update["return_token_ids"] = True
     return body.model_copy(update=update)
 
@@ -338,8 +339,9 @@ def continuation_body(request: EngineRequest) -> tuple[str, Any]:
     body, c = request.body, request.continuation
     assert c is not None
     if c.prompt_token_ids:
-        limit = getattr(body, "max_completion_tokens", None) or body.max_tokens
-        carried = {k: getattr(body, k) for k in _CARRIED if k in body.model_fields_set}
+        limit = output_limit(request.kind, body)
+        given = body.model_fields_set
+        carried = {k: v for k, v in body if k in _CARRIED and k in given}  # pydantic: (name, value)
         carried |= _carried_logprobs(request)
         prompt = [*c.prompt_token_ids, *c.token_ids]
         return "completion", CompletionRequest(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from agentserve.api.ask import Ask
     from agentserve.spec import DeploymentSpec
 
 __all__ = [
@@ -57,33 +58,29 @@ def affinity_prefix_chars(spec: DeploymentSpec) -> dict[str, int]:
     }
 
 
-def leading_prompt(kind: str, body: Any, prefix_chars: int) -> str | None:
+def leading_prompt(ask: Ask, prefix_chars: int) -> str | None:
     """The part of a request's prompt that every later turn of its conversation repeats;
-    None when the body has none. Chat: the messages up to and including the first user
-    message (roles and contents, each content cut at `prefix_chars`, so that conversations
-    sharing a long system prompt still differ by their first user message; at most
-    MAX_LEADING_MESSAGES of them). Completion: the first `prefix_chars` characters of the
-    prompt's text (or token ids), the first prompt of a batch."""
-    if kind == "chat":
+    None when the request (api/ask.py) has none. Chat: the messages up to and including
+    the first user message (roles and contents, each content cut at `prefix_chars`, so
+    that conversations sharing a long system prompt still differ by their first user
+    message; at most MAX_LEADING_MESSAGES of them). Completion: the first `prefix_chars`
+    characters of the prompt's text (or token ids), the first prompt of a batch."""
+    if ask.kind == "chat":
         parts = []
-        for message in (getattr(body, "messages", None) or [])[:MAX_LEADING_MESSAGES]:
+        for message in ask.messages[:MAX_LEADING_MESSAGES]:
             role, content = _role_content(message)
             parts.append(f"{role}\x1f{_text(content)[:prefix_chars]}\x1e")
             if role == "user":
                 break
         return "".join(parts) or None
-    prompt = getattr(body, "prompt", None)
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch: its first prompt
-    return _text(prompt)[:prefix_chars] or None
+    return _text(ask.first_prompt)[:prefix_chars] or None  # a batch: its first prompt
 
 
 def affinity_key(
     tenant: str,
     model: str,
     headers: Mapping[str, str],
-    kind: str,
-    body: Any,
+    ask: Ask,
     prefix_chars: int,
 ) -> str | None:
     """The request's affinity key (module docstring, step 1): 32 hex digits, or None when
@@ -92,7 +89,7 @@ def affinity_key(
     if session:
         source = f"s\x00{session}"
     else:
-        prompt = leading_prompt(kind, body, prefix_chars)
+        prompt = leading_prompt(ask, prefix_chars)
         if prompt is None:
             return None
         source = f"p\x00{prompt}"

@@ -14,13 +14,12 @@ completions.
 from __future__ import annotations
 
 import uuid
-from types import SimpleNamespace
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from opentelemetry.trace import Tracer
 
-from agentserve.admission.shares import estimate_prompt_tokens
+from agentserve.admission.shares import prompt_tokens
 from agentserve.api.auth import Tenant, TenantResolver
 from agentserve.api.body import decode_json, read_body
 from agentserve.api.embeddings import (
@@ -55,13 +54,13 @@ class EmbeddingsPath:
 
     async def __call__(self, request: Request, tenants: TenantResolver) -> JSONResponse:
         """Authenticate, read, parse, admit, dispatch, answer, close (once)."""
-        held = Held(spans.start_ingress(self.tracer, "embeddings", request.headers))
+        held = Held.start(self.tracer, "embeddings", request.headers, self.close)
         try:
             tenant = tenants.resolve(request.headers.get("authorization"))  # 401
             raw = await read_body(request, self.spec.server.max_request_body_bytes)  # 413
             body = parse_embeddings(decode_json(raw))  # 400
             self._check_model(body.model)  # 404, 400
-            held.call = await self.admit.admit(body.model, tenant, _reserve(body))  # 429, 503
+            await self.admit.take(held, body.model, tenant, _reserve(body))  # 429, 503
             result = await self._dispatch(body, request, tenant, held)
             held.finish(200)
             return JSONResponse(embeddings_response(body, result.vectors, result.prompt_tokens))
@@ -86,8 +85,7 @@ class EmbeddingsPath:
         headers = engine_headers(held.span, request.headers, tenant.name)
         spans.name_request(held.span, request_id, model)
         ready = await self.dispatch.backends[model].ready_replicas()
-        await self.dispatch.dispatcher.send(model, tenant, call.count, ready)
-        call.sent = call.count
+        await self.dispatch.send(held, model, tenant, ready)
         result = await self._embed(model, EmbedRequest(request_id, body.inputs, headers), ready)
         self.admit.see(call, Delta(prompt_tokens=result.prompt_tokens, finish_reason="stop"))
         call.finish_reasons.clear()  # an embedding has no finish reason
@@ -117,6 +115,6 @@ def _reserve(body: EmbeddingsRequest) -> int:
     """Tokens to reserve at admission: the inputs' estimated tokens (no output)."""
     return sum(
         len(item) if isinstance(item, tuple)
-        else estimate_prompt_tokens("completion", SimpleNamespace(prompt=item))
+        else prompt_tokens(item)
         for item in body.inputs
     )  # fmt: skip

@@ -38,7 +38,7 @@ def choice_requests(request: EngineRequest) -> list[EngineRequest]:
     (pure; a batch of one prompt unwrapped to that prompt). Choice p * n + j is prompt p's
     choice j (a completion batch, api/prompts.py)."""
     body = request.body
-    n = getattr(body, "n", None) or 1
+    n = body.n or 1
     prompts = prompts_of(request.kind, body)
     if n == 1 and (prompts is None or len(prompts) <= 1):
         if prompts and prompts[0] is not body.prompt:  # a batch of one: its prompt alone
@@ -46,7 +46,7 @@ def choice_requests(request: EngineRequest) -> list[EngineRequest]:
                 dataclasses.replace(request, body=body.model_copy(update={"prompt": prompts[0]}))
             ]
         return [request]
-    seed = getattr(body, "seed", None)
+    seed = body.seed
     out = []
     for p, prompt in enumerate(prompts or [None]):
         for j in range(n):
@@ -70,7 +70,7 @@ def fan_out(request: EngineRequest, open_stream: OpenStream) -> AsyncIterator[De
     requests = choice_requests(request)
     if len(requests) == 1:
         return open_stream(request)
-    n = getattr(request.body, "n", None) or 1
+    n = request.body.n or 1
     return _merged([open_stream(r) for r in requests], [i // n for i in range(len(requests))])
 
 

@@ -26,30 +26,23 @@ same stages for embedding models, answered whole (serve/embeddings.py).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import gc
-import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from agentserve.api.auth import TenantResolver
 from agentserve.api.body import read_body
-from agentserve.api.errors import AuthenticationError, ModelNotFoundError
 from agentserve.api.responses import ResponsesRequest
-from agentserve.serve.admin import is_loopback_client
-from agentserve.serve.cached import Cached
 from agentserve.serve.edge import edge_app
 from agentserve.serve.embeddings import EmbeddingsPath
-from agentserve.serve.health import HealthCache
-from agentserve.serve.held_board import HeldStore
-from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
+from agentserve.serve.endpoints import Endpoints, serving_metrics
 from agentserve.serve.reply import Reply
 from agentserve.serve.stages import Admit, Backends, Close, Dispatch, Held, Quota
 from agentserve.serve.stream_guard import GuardedStream
@@ -57,12 +50,10 @@ from agentserve.serve.unadmitted import Unadmitted
 
 if TYPE_CHECKING:
     from agentserve.engine.protocol import RequestKind
+    from agentserve.serve.held_board import HeldStore
     from agentserve.spec import DeploymentSpec, TenantSpec
 
 __all__ = ["create_app"]
-
-log = logging.getLogger(__name__)
-STATS_TIMEOUT_S = 2.0
 
 
 class _Ingress:
@@ -81,23 +72,18 @@ class _Ingress:
         self.spec, self.backends, self.clock = spec, dict(backends), clock
         self.tracer = tracer
         self.tenants = TenantResolver(spec, tenants)
-        limits = model_limits(spec)
-        self.metrics = ServingMetrics(sla_objectives(spec, tenants), limits)
-        queue = spec.server.max_queue_len
-        capacity = {n: limits[n].capacity if n in limits else queue for n in self.backends}
-        self.admit_stage = Admit(spec, capacity, self.metrics, clock, quota)
+        metrics, capacity = serving_metrics(spec, self.backends, tenants)
+        self.admit_stage = Admit(spec, capacity, metrics, clock, quota)
         self.dispatch_stage = Dispatch(spec, self.backends, self.admit_stage, clock, board)
-        self.close_stage = Close(self.admit_stage, self.dispatch_stage)
+        self.close_stage = Close(self.admit_stage)
         self.embeddings = EmbeddingsPath(  # /v1/embeddings on the same stages
             spec, self.admit_stage, self.dispatch_stage, self.close_stage, tracer
         )
-        self.shares = self.admit_stage.shares  # admission/shares.py
-        self.shares.set_tenants(self.tenants.tenants())
-        self.in_flight = self.shares.in_flight  # model -> requests queued or running
-        self.parser, self.max_model_len = self.admit_stage.parser, self.admit_stage.max_model_len
-        self.dispatch = self.dispatch_stage.dispatcher  # admission/priority.py
-        self.health_cache = HealthCache(self.backends)
-        self.metrics_cache = Cached(self._metrics_body)  # one scrape's work per second
+        self.admit_stage.shares.set_tenants(self.tenants.tenants())
+        self.endpoints = Endpoints(  # /v1/models, /health, /metrics
+            spec, self.backends, metrics, self.admit_stage.names, self.admit_stage.max_model_len,
+            lambda: self.tenants,
+        )  # fmt: skip
         self.unadmitted = Unadmitted(_unadmitted_limit(spec, self.tenants))
 
     def set_tenants(self, tenants: Sequence[TenantSpec]) -> None:
@@ -105,8 +91,8 @@ class _Ingress:
         agentserve.tenant_config); requests in flight finish under their old lease."""
         self.tenants = TenantResolver(self.spec, tenants)
         self.unadmitted.limit = _unadmitted_limit(self.spec, self.tenants)
-        self.shares.set_tenants(self.tenants.tenants())
-        self.metrics.set_slas(sla_objectives(self.spec, tenants))
+        self.admit_stage.shares.set_tenants(self.tenants.tenants())
+        self.endpoints.set_tenants(tenants)
 
     # -- the request path --------------------------------------------------------------
     async def complete(
@@ -127,7 +113,7 @@ class _Ingress:
     ) -> AsyncIterator[Response | dict[str, str] | bytes]:
         """The stages in order. Yields the whole answer, or a stream's headers and then its
         SSE bytes; the close stage runs once, whichever stage ended the request."""
-        held = Held.start(self.tracer, kind, request)  # what the request holds
+        held = Held.start(self.tracer, kind, request.headers, self.close_stage)  # what it holds
         try:
             tenant = self.tenants.resolve(request.headers.get("authorization"))  # 1.
             server = self.spec.server
@@ -135,11 +121,11 @@ class _Ingress:
                 raw = await read_body(
                     request, server.max_request_body_bytes, server.body_read_timeout_s
                 )  # 2.
-                body = await self.admit_stage(kind, raw, tenant, responses, held)  # 3., 4.
-            request_id, first = await self.dispatch_stage(kind, body, request, tenant, held)
+                ask = await self.admit_stage(kind, raw, tenant, responses, held)  # 3., 4.
+            request_id, first = await self.dispatch_stage(ask, request, tenant, held)
             see = functools.partial(self.admit_stage.see, held.call)
-            reply = Reply(kind, body, request_id, request, responses, held, see)  # 6.
-            if not body.stream:
+            reply = Reply(ask, request_id, request, responses, held, see)  # 6.
+            if not ask.stream:
                 yield await reply.json(first)
                 return
             yield reply.headers
@@ -151,77 +137,6 @@ class _Ingress:
             raise
         finally:
             await self.close_stage(held)  # 7.
-
-    # -- other endpoints ---------------------------------------------------------------
-    def models(self, request: Request) -> dict:
-        from vllm.entrypoints.serve.engine.protocol import ModelCard, ModelList
-
-        self.tenants.resolve(request.headers.get("authorization"))
-        cards = [
-            ModelCard(id=name, owned_by="agentserve", max_model_len=self.max_model_len.get(name))
-            for name in self.backends
-        ]
-        cards += [  # LoRA adapters, as vLLM lists them: the base model their parent
-            ModelCard(
-                id=adapter,
-                owned_by="agentserve",
-                parent=parent,
-                max_model_len=self.max_model_len.get(parent),
-            )
-            for adapter, parent in self.admit_stage.names.parents.items()
-            if parent in self.backends
-        ]
-        return ModelList(data=cards).model_dump(mode="json", exclude_none=True)
-
-    def model(self, request: Request, model_id: str) -> dict:
-        """GET /v1/models/{id}: the model's card, or 404 model_not_found."""
-        for card in self.models(request)["data"]:
-            if card["id"] == model_id:
-                return card
-        raise ModelNotFoundError(model_id, self.admit_stage.names.served())
-
-    async def health(self, request: Request) -> JSONResponse:
-        """{"status", "models": {name: state}}, cached (serve/health.py: 1 s, one in flight).
-        The model names only for a caller that may list the models (a valid key, or no keys
-        configured), on loopback or on the admin port: probes need the status code alone."""
-        status, body = await self.health_cache.answer()
-        if not self._may_see_models(request):
-            body = {"status": body["status"]}
-        return JSONResponse(body, status_code=status)
-
-    def _may_see_models(self, request: Request) -> bool:
-        metrics_port = self.spec.server.metrics_port
-        server = request.scope.get("server") or (None, None)
-        if metrics_port is not None and server[1] == metrics_port:
-            return True
-        if is_loopback_client(request.scope.get("client")):
-            return True
-        try:
-            self.tenants.resolve(request.headers.get("authorization"))
-        except AuthenticationError:
-            return False
-        return True
-
-    async def metrics_text(self) -> Response:
-        """The Prometheus exposition, computed at most once per ADMIN_TTL_S for all
-        scrapers (each computation asks every model for its stats)."""
-        return Response(await self.metrics_cache.get(), media_type=CONTENT_TYPE)
-
-    async def _metrics_body(self) -> bytes:
-        for name, backend in self.backends.items():
-            with contextlib.suppress(Exception):  # replica count is best effort
-                ready = await asyncio.wait_for(backend.ready_replicas(), STATS_TIMEOUT_S)
-                if ready is not None:
-                    self.metrics.replicas.labels(name).set(ready)
-            try:
-                stats = await asyncio.wait_for(backend.stats(), STATS_TIMEOUT_S)
-            except Exception:  # a slow or dead replica must not break scraping
-                log.warning("engine stats for %s unavailable", name, exc_info=True)
-                self.metrics.engine_up.labels(name).set(0)
-                continue
-            self.metrics.engine_up.labels(name).set(1)
-            self.metrics.set_engine_stats(name, stats)
-        return self.metrics.exposition()
 
 
 def _unadmitted_limit(spec: DeploymentSpec, tenants: TenantResolver) -> int | None:
@@ -275,11 +190,11 @@ def create_app(
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict:
-        return ingress.models(request)
+        return ingress.endpoints.models(request)
 
     @app.get("/v1/models/{model_id:path}")  # names may hold "/" (org/model)
     async def model(request: Request, model_id: str) -> dict:
-        return ingress.model(request, model_id)
+        return ingress.endpoints.model(request, model_id)
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi(request: Request) -> dict:
@@ -288,10 +203,10 @@ def create_app(
 
     @app.get("/health")
     async def health(request: Request) -> Response:
-        return await ingress.health(request)
+        return await ingress.endpoints.health(request)
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return await ingress.metrics_text()
+        return await ingress.endpoints.metrics_text()
 
     return app

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentserve.engine.delta_tracker import DeltaTracker
 from agentserve.engine.protocol import (
     Continuation,
     Delta,
@@ -40,8 +41,8 @@ from agentserve.engine.protocol import (
     EngineGoneError,
     EngineRequest,
     aclose_stream,
+    output_limit,
 )
-from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.serve.poison import POISON_DEATHS, Deaths, PoisonRequestError
 from agentserve.serve.spans import SENT_AT_HEADER
 
@@ -97,13 +98,13 @@ class Progress(DeltaTracker):
 def continuable(request: EngineRequest) -> bool:
     """Whether delivered output of `request` can be continued: no tools, no reasoning
     or structured-output constraints (their parser or grammar state would restart)."""
-    body = request.body
-    if getattr(body, "tools", None) and getattr(body, "tool_choice", None) != "none":
+    body = request.body  # vLLM's OpenAI model of request.kind
+    if request.kind == "chat" and body.tools and body.tool_choice != "none":
         return False
-    fmt = getattr(body, "response_format", None)
-    if fmt is not None and getattr(fmt, "type", "text") != "text":
+    fmt = body.response_format
+    if fmt is not None and fmt.type != "text":
         return False
-    return getattr(body, "structured_outputs", None) is None
+    return body.structured_outputs is None
 
 
 def continuation_request(
@@ -118,7 +119,7 @@ def continuation_request(
     request_id = f"{request.request_id}-m{attempt}"
     if not progress.delivered:
         return dataclasses.replace(request, request_id=request_id)
-    body = request.body.model_copy(update=_reduced_budget(request.body, progress))
+    body = request.body.model_copy(update=_reduced_budget(request, progress))
     headers = dict(request.headers)
     if sent_at_ns is not None:
         headers[SENT_AT_HEADER] = str(sent_at_ns)
@@ -131,23 +132,24 @@ def continuation_request(
     )
 
 
-def _reduced_budget(body: Any, progress: Progress) -> dict[str, Any]:
-    """max_tokens (or max_completion_tokens) and min_tokens less the tokens delivered."""
-    sent = progress.completion_tokens
-    update: dict[str, Any] = {}
-    for name in ("max_completion_tokens", "max_tokens"):
-        limit = getattr(body, name, None)
-        if limit is not None:
-            update[name] = max(1, limit - sent)
-    if getattr(body, "min_tokens", 0):
+def _reduced_budget(request: EngineRequest, progress: Progress) -> dict[str, Any]:
+    """max_tokens (and a chat request's max_completion_tokens) and min_tokens less the
+    tokens delivered."""
+    body, sent = request.body, progress.completion_tokens
+    limits = {"max_tokens": body.max_tokens}
+    if request.kind == "chat":
+        limits["max_completion_tokens"] = body.max_completion_tokens
+    update: dict[str, Any] = {
+        name: max(1, limit - sent) for name, limit in limits.items() if limit is not None
+    }
+    if body.min_tokens:
         update["min_tokens"] = max(0, body.min_tokens - sent)
     return update
 
 
 def _budget_spent(request: EngineRequest, progress: Progress) -> bool:
     """Every allowed token was delivered; only the finish delta went missing."""
-    body = request.body
-    limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
+    limit = output_limit(request.kind, request.body)
     return limit is not None and progress.completion_tokens >= limit
 
 

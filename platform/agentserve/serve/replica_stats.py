@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from agentserve.autoscale.burst import RECENT_WINDOW_S
 from agentserve.autoscale.latency_stat import LatencyWindow, tpot_ms
 from agentserve.autoscale.ray_policy import encode_replica_stats
+from agentserve.engine.delta_tracker import DeltaTracker
 from agentserve.engine.protocol import Delta, EngineStats
-from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.serve.sleep_gate import SleepState
 from agentserve.serve.spans import SENT_AT_HEADER, TENANT_HEADER
 from agentserve.speculation.by_batch import BatchCounts, acceptance_by_bucket, counts_delta

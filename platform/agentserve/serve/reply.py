@@ -13,18 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from agentserve.api.ask import Ask
 from agentserve.api.errors import error_body
 from agentserve.api.openai import ResponseBuilder
-from agentserve.api.prompts import choice_count
 from agentserve.api.responses import ResponsesRequest
 from agentserve.api.responses_render import ResponsesBuilder
 from agentserve.api.sse import ChatFrames
-from agentserve.engine.protocol import Delta, EngineError, RequestKind
+from agentserve.engine.protocol import Delta, EngineError
 from agentserve.serve.stages import CLIENT_CLOSED, Held, status_of
 
 __all__ = ["Reply"]
@@ -38,8 +37,7 @@ class Reply:
 
     def __init__(
         self,
-        kind: RequestKind,
-        body: Any,
+        ask: Ask,
         request_id: str,
         request: Request,
         responses: ResponsesRequest | None,
@@ -47,14 +45,12 @@ class Reply:
         see: Callable[[Delta], None],
     ):
         adapter = held.call.adapter if held.call is not None else None
-        model = adapter or body.model  # as vLLM answers: the adapter's name
+        model = adapter or ask.model  # as vLLM answers: the adapter's name
         if responses is not None:
             builder = ResponsesBuilder(request_id, model, responses.echo)
             self.frames: ChatFrames | ResponsesBuilder = builder
         else:
-            builder = ResponseBuilder(
-                kind, request_id, model, _include_usage(body), choice_count(kind, body)
-            )
+            builder = ResponseBuilder(ask.kind, request_id, model, ask.include_usage, ask.choices)
             self.frames = ChatFrames(builder)
         self.builder: ResponseBuilder | ResponsesBuilder = builder
         self.headers = {"x-request-id": request.headers.get("x-request-id", builder.id)}
@@ -120,7 +116,3 @@ async def _client_gone(request: Request) -> None:
     """Returns once the client disconnects (the body has been read already)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-
-
-def _include_usage(body: Any) -> bool:
-    return bool(body.stream and body.stream_options and body.stream_options.include_usage)

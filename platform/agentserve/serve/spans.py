@@ -25,11 +25,11 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from agentserve import tracing as t
-from agentserve.api.prompts import split_prompts
+from agentserve.engine.delta_tracker import DeltaTracker
 from agentserve.engine.protocol import Delta, EngineRequest, aclose_stream
-from agentserve.serve.delta_tracker import DeltaTracker
 
 if TYPE_CHECKING:
+    from agentserve.api.ask import Ask
     from agentserve.spec import ModelSpec
 
 __all__ = ["SENT_AT_HEADER", "end_ingress", "start_ingress", "trace_headers", "traced_stream"]
@@ -58,35 +58,29 @@ def start_ingress(tracer: Tracer, kind: str, headers: Mapping[str, str]) -> Span
     return span
 
 
-def name_request(span: Span, request_id: str, model: str, body: object = None) -> None:
+def name_request(span: Span, request_id: str, model: str, ask: Ask | None = None) -> None:
     """The engine request id (the replica's spans carry it too), the model and the GenAI
-    request parameters the client set (`body`: the parsed request), on the ingress span as
-    soon as they are known."""
+    request parameters the client set (`ask`: the request, api/ask.py), on the ingress span
+    as soon as they are known."""
     if span.is_recording():
         span.set_attributes({t.REQUEST_ID: request_id, t.REQUEST_MODEL: model})
-        if body is not None:
-            span.set_attributes(request_attributes(body))
+        if ask is not None:
+            span.set_attributes(request_attributes(ask))
 
 
-def request_attributes(body: object) -> dict[str, object]:
+def request_attributes(ask: Ask) -> dict[str, object]:
     """gen_ai.request.* of a chat or text completion request: the parameters the client
-    set (a pydantic request's `model_fields_set`), not the defaults."""
-    given = getattr(body, "model_fields_set", None)
-
-    def get(name: str) -> object:
-        return getattr(body, name, None) if given is None or name in given else None
-
-    stop = get("stop")
-    n = (get("n") or 1) * max(1, len(split_prompts(get("prompt"))))  # a batch: prompts x n
+    set (`ask.params`), not the defaults."""
+    get, stop = ask.params.get, ask.params.get("stop")
     found = {
-        "gen_ai.request.max_tokens": get("max_completion_tokens") or get("max_tokens"),
+        "gen_ai.request.max_tokens": get("max_tokens"),
         "gen_ai.request.temperature": get("temperature"),
         "gen_ai.request.top_p": get("top_p"),
         "gen_ai.request.seed": get("seed"),
         "gen_ai.request.frequency_penalty": get("frequency_penalty"),
         "gen_ai.request.presence_penalty": get("presence_penalty"),
         "gen_ai.request.stop_sequences": [stop] if isinstance(stop, str) else stop or None,
-        "gen_ai.request.choice.count": n if n != 1 else None,
+        "gen_ai.request.choice.count": ask.choices if ask.choices != 1 else None,  # prompts x n
     }
     return {k: v for k, v in found.items() if v is not None}
 

@@ -1,15 +1,16 @@
 """The stages of the ingress's request path that take something a request must give back,
 each with one job and one undo; serve/ingress.py composes them, in this order:
 
-  Held      what one request holds (span, admission, engine stream, status); the close
-            stage gives it all back, once
+  Held      what one request holds (span, admission, engine stream, status) and, in one
+            AsyncExitStack, the undo of each stage taken; the close stage runs it, once
   Admit     3. parse and 4. admit: the body validated, places taken in the model's queue
             and the tenant's limits (admission/); undo: give them back
   Dispatch  5. dispatch: poison and buffer checks, the engine request, a slot toward the
             replicas (earliest deadline first), the engine stream opened (migrating, n
             choices merged, capped) and its first delta; undo: close the stream, free the
             slots
-  Close     7. close: the undos in reverse order, then metrics and the ingress span
+  Close     7. close: the undos in reverse order, then metrics and the ingress span (the
+            first thing on the stack, so the last to run)
 
 Authenticate (api/auth.py) and read (api/body.py) take nothing; 6. stream is
 serve/reply.py. Ray-free.
@@ -18,19 +19,22 @@ serve/reply.py. Ray-free.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import Request
 from opentelemetry.trace import Span, Tracer
 
 from agentserve.admission.admit_first import parse_and_admit
+from agentserve.admission.parsing import RequestParser
 from agentserve.admission.priority import Dispatcher
 from agentserve.admission.response_budget import buffer_cap, capped
 from agentserve.admission.shared_limits import LocalQuota, SharedQuota
 from agentserve.admission.shares import AdmittedCall, QueueShares, ingress_replicas
+from agentserve.api.ask import Ask
 from agentserve.api.auth import Tenant
 from agentserve.api.cache_salt import CacheSalter, salt_key
 from agentserve.api.embeddings import generate_only
@@ -53,7 +57,6 @@ from agentserve.serve.fanout import fan_out
 from agentserve.serve.held_board import HeldBoard, HeldStore, sla_scaled_models
 from agentserve.serve.metrics import ServingMetrics
 from agentserve.serve.migrate import migrating
-from agentserve.serve.parsing import RequestParser
 from agentserve.serve.poison import POISON_DEATHS, PoisonList
 from agentserve.spec import DeploymentSpec
 
@@ -79,17 +82,23 @@ def status_of(err: BaseException) -> int:
 
 @dataclass
 class Held:
-    """What one request holds on the path; `status` is set once, by whoever decides it."""
+    """What one request holds on the path; `status` is set once, by whoever decides it.
+    `undo`: each stage pushes the undo of what it took as it takes it; the close stage
+    runs them in reverse order, once (AsyncExitStack.aclose empties the stack)."""
 
     span: Span
     call: AdmittedCall | None = None  # Admit: places in the queue, a lease
-    stream: AsyncIterator[Delta] | None = None  # Dispatch: the engine stream (and call.sent)
+    stream: AsyncIterator[Delta] | None = None  # Dispatch: the engine stream
     status: int | None = None
+    undo: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     @classmethod
-    def start(cls, tracer: Tracer, kind: RequestKind, request: Request) -> Held:
-        """The ingress span, a child of the caller's valid traceparent (serve/spans.py)."""
-        return cls(spans.start_ingress(tracer, kind, request.headers))
+    def start(cls, tracer: Tracer, kind: str, headers: Mapping[str, str], close: Close) -> Held:
+        """The ingress span, a child of the caller's valid traceparent (serve/spans.py);
+        the close stage's record of the request first on the stack, so it runs last."""
+        held = cls(spans.start_ingress(tracer, kind, headers))
+        held.undo.callback(close.record, held)
+        return held
 
     def finish(self, status: int) -> None:
         """The request's outcome; the first one set stands."""
@@ -105,7 +114,7 @@ class Held:
 
 
 class Admit:
-    """3. parse and 4. admit. Parse off the event loop (serve/parsing.py), in the order
+    """3. parse and 4. admit. Parse off the event loop (admission/parsing.py), in the order
     admission/admit_first.py picks; admit into the model's queue (admission/shares.py: 404,
     503 full, 429 past the tenant's fair share) and the tenant's limits (admission/quota.py,
     reserving tokens: 429)."""
@@ -133,9 +142,10 @@ class Admit:
         tenant: Tenant,
         responses: ResponsesRequest | None,
         held: Held,
-    ) -> Any:
-        """The validated request; its admission is on `held` as soon as it is taken, so a
-        body admitted before its check and then refused is given back by the close."""
+    ) -> Ask:
+        """The validated request's Ask (api/ask.py); its admission is on `held` as soon as
+        it is taken, so a body admitted before its check and then refused is given back by
+        the close."""
         adapter: list[str | None] = [None]  # what `translate` read from the model
 
         def translate(data: Any) -> Any:
@@ -145,11 +155,19 @@ class Admit:
 
         async def admit(model: str, tenant: Tenant, reserve: int, count: int) -> AdmittedCall:
             generate_only(model, self.embedders)  # 400 for an embedding model
-            held.call = await self.admit(model, tenant, reserve, count)
-            held.call.adapter = adapter[0]
-            return held.call
+            call = await self.take(held, model, tenant, reserve, count)
+            call.adapter = adapter[0]
+            return call
 
         return await parse_and_admit(self.parser, admit, kind, raw, translate, tenant)
+
+    async def take(
+        self, held: Held, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
+    ) -> AdmittedCall:
+        """`admit`, the call on `held` with its undo on the stack."""
+        held.call = await self.admit(model, tenant, reserve_tokens, count)
+        held.undo.callback(self.undo, held.call)
+        return held.call
 
     async def admit(
         self, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
@@ -205,48 +223,49 @@ class Dispatch:
         self.poison = PoisonList(clock)  # requests that crashed replicas (serve/poison.py)
 
     async def __call__(
-        self, kind: RequestKind, body: Any, request: Request, tenant: Tenant, held: Held
+        self, ask: Ask, request: Request, tenant: Tenant, held: Held
     ) -> tuple[str, Delta]:
         """(engine request id, first delta): 400 for a request that crashed replicas or
         whose answer is too large to buffer, 429 for a batch request past its deadline,
         the engine's 4xx, 503 when it is unavailable or a cold start takes too long."""
-        call, model = held.call, body.model
+        call, model, kind, body = held.call, ask.model, ask.kind, ask.payload
         budget = self.poison.check(tenant.name, kind, body)  # death budget, or 400
-        cap = buffer_cap(kind, body, self.admit.max_model_len.get(model))  # None: a stream
-        engine_request = self._engine_request(kind, body, request, tenant, held)
-        spans.name_request(held.span, engine_request.request_id, call.adapter or model, body)
+        cap = buffer_cap(ask, self.admit.max_model_len.get(model))  # None: a stream
+        engine_request = self._engine_request(ask, request, tenant, held)
+        spans.name_request(held.span, engine_request.request_id, call.adapter or model, ask)
         ready = await self.backends[model].ready_replicas()
-        await self.dispatcher.send(model, tenant, call.count, ready)  # earliest deadline first
-        call.sent = call.count
-        held.stream = capped(self._open(kind, body, tenant, engine_request, budget), cap)
+        await self.send(held, model, tenant, ready)  # earliest deadline first
+        held.stream = capped(self._open(ask, tenant, engine_request, budget), cap)
+        held.undo.push_async_callback(aclose_stream, held.stream)  # the engine aborts the rest
         first = await self._first_or_hold(model, held.stream, ready)
         self.admit.see(call, first)
         return engine_request.request_id, first
 
     def _engine_request(
-        self, kind: RequestKind, body: Any, request: Request, tenant: Tenant, held: Held
+        self, ask: Ask, request: Request, tenant: Tenant, held: Held
     ) -> EngineRequest:
-        """`body` (left as parsed) with this ingress's decisions (serve/engine_request.py)."""
+        """The payload (left as parsed) with this ingress's decisions
+        (serve/engine_request.py)."""
         headers = engine_headers(held.span, request.headers, tenant.name)
         adapter = held.call.adapter if held.call is not None else None
-        if (chars := self.affinity.get(body.model)) is not None:  # serve/affinity.py
-            served = f"{body.model}:{adapter}" if adapter else body.model  # one home each
-            key = affinity_key(tenant.name, served, request.headers, kind, body, chars)
+        if (chars := self.affinity.get(ask.model)) is not None:  # serve/affinity.py
+            served = f"{ask.model}:{adapter}" if adapter else ask.model  # one home each
+            key = affinity_key(tenant.name, served, request.headers, ask, chars)
             headers.update({AFFINITY_HEADER: key} if key else {})
-        priority = self.dispatcher.priority(body.model, tenant)  # admission/priority.py
-        salt = self.salter.salt(tenant.name, body.cache_salt)  # no shared prefixes
+        priority = self.dispatcher.priority(ask.model, tenant)  # admission/priority.py
+        salt = self.salter.salt(tenant.name, ask.cache_salt)  # no shared prefixes
         return engine_request(
-            kind, body, request_id=uuid.uuid4().hex, headers=headers, priority=priority,
+            ask.kind, ask.payload, request_id=uuid.uuid4().hex, headers=headers, priority=priority,
             cache_salt=salt, adapter=adapter,
         )  # fmt: skip
 
     def _open(
-        self, kind: RequestKind, body: Any, tenant: Tenant, request: EngineRequest, budget: int
+        self, ask: Ask, tenant: Tenant, request: EngineRequest, budget: int
     ) -> AsyncIterator[Delta]:
         """The engine stream: one engine request per choice (n > 1: merged), each
         continued on another replica when its replica dies (serve/migrate.py); the
         choices share one count of replica deaths, `budget` of them make it poison."""
-        model = body.model
+        model, kind, body = ask.model, ask.kind, ask.payload
         deaths = self.poison.deaths(tenant.name, kind, body)
         probation = budget < POISON_DEATHS
 
@@ -277,12 +296,12 @@ class Dispatch:
         hold_s = self.spec.autoscaling.cold_start_hold_timeout_s if cold else None
         return await held_for_cold_start(_first_delta(stream), model, hold_s)
 
-    async def undo(self, held: Held) -> None:
-        if held.stream is not None:
-            await aclose_stream(held.stream)  # the engine aborts what is left
-        if held.call is not None and held.call.sent:
-            self.dispatcher.release(held.call.model, held.call.sent)
-            held.call.sent = 0
+    async def send(self, held: Held, model: str, tenant: Tenant, ready: int | None) -> None:
+        """Slots toward the model's replicas for the admitted call's choices (earliest
+        deadline first: admission/priority.py), their release on `held`'s stack."""
+        count = held.call.count
+        await self.dispatcher.send(model, tenant, count, ready)
+        held.undo.callback(self.dispatcher.release, model, count)
 
 
 async def _first_delta(stream: AsyncIterator[Delta]) -> Delta:
@@ -296,19 +315,19 @@ class Close:
     """7. close: give back what `held` holds, in reverse order (Dispatch, then Admit), and
     record the request once: metrics (serve/metrics.py) and the ingress span."""
 
-    def __init__(self, admit: Admit, dispatch: Dispatch):
-        self.admit, self.dispatch = admit, dispatch
+    def __init__(self, admit: Admit):
+        self.admit = admit
 
     async def __call__(self, held: Held) -> None:
+        """Run `held`'s undo stack; a second close finds it empty."""
+        await held.undo.aclose()
+
+    def record(self, held: Held) -> None:
+        """The request's metrics and ingress span, after every undo (Held.start)."""
         status, call = held.status or 500, held.call
-        await self.dispatch.undo(held)
         if call is None:  # refused before admission
             spans.end_ingress(held.span, status)
             return
-        if call.closed:
-            return
-        call.closed = True
-        self.admit.undo(call)
         self.admit.metrics.observe_request(
             call.model,
             call.tenant,

@@ -189,3 +189,16 @@ def test_the_walk_resolves_submodules_packages_and_skips_type_checking(tmp_path)
         "pkg.other": {"pkg.sub.leaf", "pkg.sub"},
     }
     assert cycles(graph) == [["pkg.other", "pkg.sub", "pkg.sub.leaf"]]
+
+
+def test_admission_and_api_do_not_import_the_request_path():
+    """Dependencies point one way (docs/architecture.md): serve/ -> admission/ -> api/;
+    neither admission/ nor api/ reaches up into agentserve.serve (issue 65 item 3)."""
+    graph = import_graph(project_modules(ROOTS[:1]))
+    lower = ("agentserve.admission", "agentserve.api")
+    offenders = {
+        module: sorted(name for name in imported if name.startswith("agentserve.serve"))
+        for module, imported in graph.items()
+        if module.startswith(lower)
+    }
+    assert {module: names for module, names in offenders.items() if names} == {}

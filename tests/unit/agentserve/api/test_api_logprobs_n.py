@@ -203,12 +203,15 @@ def test_n_counts_n_places_in_the_queue():
 
 def test_token_reservation_counts_the_output_of_every_choice():
     from agentserve.admission.shares import estimate_prompt_tokens, token_reservation
+    from agentserve.api.ask import ask_of
     from agentserve.api.openai import parse_request
 
-    one = parse_request("chat", {"model": "m", "messages": MSG, "max_tokens": 10})
-    three = parse_request("chat", {"model": "m", "messages": MSG, "max_tokens": 10, "n": 3})
-    prompt = estimate_prompt_tokens("chat", one)
-    assert token_reservation("chat", one, 64) == prompt + 10
-    assert token_reservation("chat", three, 64) == prompt + 3 * 10
-    unbounded = parse_request("chat", {"model": "m", "messages": MSG, "n": 2})
-    assert token_reservation("chat", unbounded, 64) == prompt + 2 * (64 - prompt)
+    def ask(body):
+        return ask_of("chat", parse_request("chat", {"model": "m", "messages": MSG, **body}))
+
+    one, three = ask({"max_tokens": 10}), ask({"max_tokens": 10, "n": 3})
+    prompt = estimate_prompt_tokens(one)
+    assert token_reservation(one, 64) == prompt + 10
+    assert token_reservation(three, 64) == prompt + 3 * 10
+    unbounded = ask({"n": 2})
+    assert token_reservation(unbounded, 64) == prompt + 2 * (64 - prompt)

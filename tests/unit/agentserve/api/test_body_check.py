@@ -9,11 +9,11 @@ import json
 import time
 
 import pytest
+from agentserve.admission.parsing import INLINE_BODY_BYTES, RequestParser
 from agentserve.api.body_check import decode_checked, decoded_or_raise
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.limits import MAX_TOKEN_IDS
 from agentserve.api.schema_check import SchemaProcess
-from agentserve.serve.parsing import INLINE_BODY_BYTES, RequestParser
 
 PAD = "x" * INLINE_BODY_BYTES  # makes a body large
 

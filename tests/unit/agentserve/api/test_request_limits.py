@@ -1,18 +1,18 @@
 """Issue 64 items 1-2: the lists an engine walks at every step and the structured-output
 constraints a replica compiles are capped at the ingress (api/limits.py), with a 400 that
 names the field and the limit; structured outputs are checked like schemas and on their
-tenant's turns (serve/parsing.py)."""
+tenant's turns (admission/parsing.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from agentserve.admission.parsing import RequestParser
 from agentserve.api import limits
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.openai import parse_request
 from agentserve.api.validate import SchemaCache, all_cached, has_schemas
-from agentserve.serve.parsing import RequestParser
 
 BASE = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 CONTEXT = {"m": 4096}

@@ -73,8 +73,8 @@ def test_echoed_parameters_keep_their_types():
 
 def test_a_large_body_is_translated_on_the_validation_worker():
     """Past INLINE_BODY_BYTES the body is decoded, translated and validated off the
-    event loop (serve/parsing.py): the result is the same."""
-    from agentserve.serve.parsing import INLINE_BODY_BYTES
+    event loop (admission/parsing.py): the result is the same."""
+    from agentserve.admission.parsing import INLINE_BODY_BYTES
 
     served = Served()
     tool = {

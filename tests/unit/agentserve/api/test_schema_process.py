@@ -9,6 +9,7 @@ import os
 import time
 
 import pytest
+from agentserve.admission.parsing import RequestParser
 from agentserve.api.errors import InvalidRequestError
 from agentserve.api.schema_check import (
     CHILD_NICE,
@@ -16,7 +17,6 @@ from agentserve.api.schema_check import (
     SchemaTimeoutError,
     schema_error,
 )
-from agentserve.serve.parsing import RequestParser
 
 from tests.reliability.tool_schemas import hostile_body
 

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 from agentserve.admission.quota import RateLimiter
 from agentserve.admission.shares import QueueShares, token_reservation
+from agentserve.api.ask import ask_of
 from agentserve.api.auth import TenantResolver
 from agentserve.api.errors import InvalidRequestError, OverloadedError, RateLimitError
 from agentserve.api.openai import parse_request
@@ -112,7 +113,7 @@ def test_a_request_larger_than_the_whole_budget_is_a_400_saying_to_lower_max_tok
 def test_token_reservation(body, low, high):
     body = {k: v for k, v in body.items() if v is not None}
     kind = "completion" if "prompt" in body else "chat"
-    assert low <= token_reservation(kind, parse_request(kind, body), 256) <= high
+    assert low <= token_reservation(ask_of(kind, parse_request(kind, body)), 256) <= high
 
 
 def _tenants(*names, **limits):

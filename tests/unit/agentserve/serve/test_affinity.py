@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
+from agentserve.api.ask import Ask
+from agentserve.api.prompts import split_prompts
 from agentserve.serve.affinity import (
     KeyHomes,
     affinity_key,
@@ -19,11 +19,15 @@ FIRST = {"role": "user", "content": "Fix the failing test in repo A."}
 
 
 def chat(*messages):
-    return SimpleNamespace(messages=list(messages))
+    return Ask("chat", "m", messages=messages)
 
 
-def key(headers=None, body=None, tenant="t", model="m", kind="chat", chars=2048):
-    return affinity_key(tenant, model, headers or {}, kind, body or chat(SYSTEM, FIRST), chars)
+def completion(prompt):
+    return Ask("completion", "m", prompts=tuple(split_prompts(prompt)))
+
+
+def key(headers=None, ask=None, tenant="t", model="m", chars=2048):
+    return affinity_key(tenant, model, headers or {}, ask or chat(SYSTEM, FIRST), chars)
 
 
 # -- route: (home, loads, max_imbalance) -> (first choice, reason) ------------------------
@@ -74,12 +78,12 @@ def test_a_conversation_keeps_its_key_turn_after_turn():
         {"role": "assistant", "content": "Fixed."},
         {"role": "user", "content": "Now run the linter."},
     )
-    assert key(body=turn_1) == key(body=turn_3)
+    assert key(ask=turn_1) == key(ask=turn_3)
 
 
 def test_different_conversations_and_tenants_and_models_get_different_keys():
     other = chat(SYSTEM, {"role": "user", "content": "Fix the failing test in repo B."})
-    assert key(body=other) != key()
+    assert key(ask=other) != key()
     assert key(tenant="u") != key()
     assert key(model="n") != key()
 
@@ -93,30 +97,30 @@ def test_session_header_wins_over_the_prompt():
 
 
 def test_completion_prompts_single_batched_and_token_ids():
-    single = SimpleNamespace(prompt="def add(a, b):")
-    batch = SimpleNamespace(prompt=["def add(a, b):", "def sub(a, b):"])
-    tokens = SimpleNamespace(prompt=[1, 2, 3])
-    assert key(body=single, kind="completion") == key(body=batch, kind="completion")
-    assert leading_prompt("completion", tokens, 100) == "[1,2,3]"
-    assert leading_prompt("completion", SimpleNamespace(prompt=None), 100) is None
-    assert key(body=SimpleNamespace(prompt=""), kind="completion") is None
+    single = completion("def add(a, b):")
+    batch = completion(["def add(a, b):", "def sub(a, b):"])
+    tokens = completion([1, 2, 3])
+    assert key(ask=single) == key(ask=batch)
+    assert leading_prompt(tokens, 100) == "[1,2,3]"
+    assert leading_prompt(completion(None), 100) is None
+    assert key(ask=completion("")) is None
 
 
 def test_each_leading_message_is_cut_at_prefix_chars():
     long = chat({"role": "system", "content": "x" * 5000}, FIRST)
-    assert len(leading_prompt("chat", long, 100)) < 250
+    assert len(leading_prompt(long, 100)) < 250
     # a long shared system prompt: the first user message still tells conversations apart
     other = chat({"role": "system", "content": "x" * 5000}, {"role": "user", "content": "B"})
-    assert key(body=long, chars=100) != key(body=other, chars=100)
+    assert key(ask=long, chars=100) != key(ask=other, chars=100)
     # ... and past the cut, messages that differ count as the same
     longer = chat({"role": "system", "content": "x" * 5000 + "y"}, FIRST)
-    assert key(body=long, chars=100) == key(body=longer, chars=100)
-    assert len(leading_prompt("completion", SimpleNamespace(prompt="z" * 500), 100)) == 100
+    assert key(ask=long, chars=100) == key(ask=longer, chars=100)
+    assert len(leading_prompt(completion("z" * 500), 100)) == 100
 
 
 def test_content_parts_count_as_text():
     parts = chat({"role": "user", "content": [{"type": "text", "text": "hi"}]})
-    assert "hi" in leading_prompt("chat", parts, 100)
+    assert "hi" in leading_prompt(parts, 100)
 
 
 # -- homes --------------------------------------------------------------------------------

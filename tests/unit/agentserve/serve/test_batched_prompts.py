@@ -9,10 +9,10 @@ import asyncio
 import json
 
 import pytest
-from agentserve.admission.admit_first import admission_view
 from agentserve.admission.response_budget import worst_case_bytes
 from agentserve.admission.shares import token_reservation
-from agentserve.api.prompts import MAX_BATCH_CHOICES, MAX_PROMPTS, choice_count, split_prompts
+from agentserve.api.ask import Ask, ask_of, ask_of_data
+from agentserve.api.prompts import MAX_BATCH_CHOICES, MAX_PROMPTS, split_prompts
 from agentserve.engine.protocol import Delta, EngineRequest
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.fanout import choice_requests, fan_out
@@ -55,10 +55,9 @@ def test_split_prompts_and_choice_count():
     assert split_prompts([[1, 2], [3]]) == [[1, 2], [3]]
     assert split_prompts(["a", "b"]) == ["a", "b"]
     assert split_prompts([]) == [] and split_prompts(None) == []
-    assert choice_count("completion", _completion(prompt=["a", "b", "c"], n=2).body) == 6
-    assert choice_count("completion", _completion(prompt=[5, 6, 7], n=3).body) == 3
-    chat = type("Body", (), {"n": 4, "prompt": ["not", "read"]})()
-    assert choice_count("chat", chat) == 4  # a chat request has no prompt batch
+    assert ask_of("completion", _completion(prompt=["a", "b", "c"], n=2).body).choices == 6
+    assert ask_of("completion", _completion(prompt=[5, 6, 7], n=3).body).choices == 3
+    assert Ask("chat", "m", n=4).choices == 4  # a chat request has no prompt batch
 
 
 def test_choice_requests_split_a_batch_prompt_major_with_seed_per_choice():
@@ -160,15 +159,15 @@ def test_a_batch_counts_prompts_x_n_against_max_concurrent_requests():
 
 
 def test_reservation_and_buffer_sum_over_the_prompts():
-    one = _completion(prompt=[1, 2, 3], max_tokens=5, n=2).body
-    batch = _completion(prompt=[[1, 2, 3], [4] * 7], max_tokens=5, n=2).body
-    assert token_reservation("completion", one, 64) == 3 + 5 + 5
-    assert token_reservation("completion", batch, 64) == (3 + 5 + 5) + (7 + 5 + 5)
-    assert worst_case_bytes("completion", batch, 64) == 2 * worst_case_bytes("completion", one, 64)
+    one = ask_of("completion", _completion(prompt=[1, 2, 3], max_tokens=5, n=2).body)
+    batch = ask_of("completion", _completion(prompt=[[1, 2, 3], [4] * 7], max_tokens=5, n=2).body)
+    assert token_reservation(one, 64) == 3 + 5 + 5
+    assert token_reservation(batch, 64) == (3 + 5 + 5) + (7 + 5 + 5)
+    assert worst_case_bytes(batch, 64) == 2 * worst_case_bytes(one, 64)
     data = {"model": "m", "prompt": [[1] * 4, [2] * 10]}  # an admission view, no max_tokens
-    no_limit = admission_view("completion", data)
-    assert token_reservation("completion", no_limit, 64) == 64 + 64  # each one's context
-    assert choice_count("completion", no_limit) == 2
+    no_limit = ask_of_data("completion", data)
+    assert token_reservation(no_limit, 64) == 64 + 64  # each one's context
+    assert no_limit.choices == 2
 
 
 def test_an_oversized_batch_is_a_400_on_the_admit_first_path_too():
@@ -201,6 +200,7 @@ def test_choices_no_idle_model_could_queue_are_a_400_not_a_retry():
 def test_the_span_counts_a_batchs_choices():
     from agentserve.serve.spans import request_attributes
 
-    attrs = request_attributes(_completion(prompt=["a", "b", "c"], n=2).body)
+    attrs = request_attributes(ask_of("completion", _completion(prompt=["a", "b", "c"], n=2).body))
     assert attrs["gen_ai.request.choice.count"] == 6
-    assert "gen_ai.request.choice.count" not in request_attributes(_completion(prompt="a").body)
+    single = ask_of("completion", _completion(prompt="a").body)
+    assert "gen_ai.request.choice.count" not in request_attributes(single)

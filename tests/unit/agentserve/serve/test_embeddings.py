@@ -129,7 +129,7 @@ def test_metrics_count_requests_and_prompt_tokens(client):
     assert 'agentserve_prompt_tokens_total{model="e",tenant="default"} 3.0' in text
     assert 'agentserve_requests_total{model="e",status="200",tenant="default"} 1.0' in text
     ingress = client.app.state.ingress
-    assert ingress.in_flight == {"m": 0, "e": 0}  # every place given back
+    assert ingress.admit_stage.shares.in_flight == {"m": 0, "e": 0}  # every place given back
 
 
 def test_ingress_span_records_the_embeddings_call():
@@ -166,7 +166,7 @@ def test_generation_requests_to_an_embedding_model_are_refused(client, path, bod
                     else {"model": "e", **body})  # fmt: skip
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "model_not_generative"
-    assert client.app.state.ingress.in_flight == {"m": 0, "e": 0}
+    assert client.app.state.ingress.admit_stage.shares.in_flight == {"m": 0, "e": 0}
 
 
 def test_unknown_model_is_404(client):
@@ -215,7 +215,7 @@ def test_not_json_and_too_large_bodies():
 def test_an_input_past_the_context_is_the_engines_400(client):
     r = client.post(URL, json={"model": "e", "input": ["ok", " ".join(["w"] * 64)]})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
-    assert client.app.state.ingress.in_flight == {"m": 0, "e": 0}
+    assert client.app.state.ingress.admit_stage.shares.in_flight == {"m": 0, "e": 0}
 
 
 class _DiesOnce(LocalBackend):

@@ -35,7 +35,7 @@ def _app(backend=None, *, keys: bool = False, delay_s: float = 0.0):
 
 
 def _requests_counted(app, status: int) -> float:
-    value = app.state.ingress.metrics.registry.get_sample_value(
+    value = app.state.ingress.endpoints.metrics.registry.get_sample_value(
         "agentserve_requests_total", {"model": "m", "tenant": "default", "status": str(status)}
     )
     return value or 0.0

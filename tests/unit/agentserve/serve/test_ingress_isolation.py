@@ -10,10 +10,10 @@ import json
 import time
 
 import pytest
+from agentserve.admission.parsing import RequestParser
 from agentserve.api.errors import InvalidRequestError, OverloadedError
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
-from agentserve.serve.parsing import RequestParser
 from agentserve.spec import DeploymentSpec, hash_api_key
 from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import Call, asgi_request

@@ -180,7 +180,10 @@ def test_a_batch_request_past_its_objective_gets_429_with_retry_after():
     assert int(late.headers["retry-after"]) == 1  # its 0.2 s objective, at least 1 s
     assert "late" not in [_prompt(r) for r in engine.requests]  # never reached the engine
     ingress = app.state.ingress
-    assert ingress.dispatch.queues["m"].sent == 0 and ingress.in_flight["m"] == 0
+    assert (
+        ingress.dispatch_stage.dispatcher.queues["m"].sent == 0
+        and ingress.admit_stage.shares.in_flight["m"] == 0
+    )
 
 
 def test_arrival_order_sends_first_come_first_and_sheds_no_batch_request():

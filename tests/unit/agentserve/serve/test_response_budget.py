@@ -15,6 +15,7 @@ from agentserve.admission.response_budget import (
     capped,
     worst_case_bytes,
 )
+from agentserve.api.ask import ask_of
 from agentserve.engine.protocol import Delta
 from agentserve.serve.backend import LocalBackend
 from agentserve.serve.ingress import create_app
@@ -51,19 +52,21 @@ def _chat(**extra) -> ChatCompletionRequest:
 def test_worst_case_decides(kind, body, refused):
     if refused:
         with pytest.raises(ResponseTooLargeError) as caught:
-            buffer_cap(kind, body, 8192)
+            buffer_cap(ask_of(kind, body), 8192)
         assert caught.value.status == 400 and caught.value.code == "response_too_large"
         assert "stream: true" in caught.value.message
     else:
-        assert buffer_cap(kind, body, 8192) in (None, MAX_BUFFERED_BYTES)
+        assert buffer_cap(ask_of(kind, body), 8192) in (None, MAX_BUFFERED_BYTES)
 
 
 def test_worst_case_counts_every_choice_and_logprob():
-    one = worst_case_bytes("chat", _chat(logprobs=True, top_logprobs=20, max_tokens=100), None)
-    eight = worst_case_bytes(
-        "chat", _chat(n=8, logprobs=True, top_logprobs=20, max_tokens=100), None
+    one = worst_case_bytes(
+        ask_of("chat", _chat(logprobs=True, top_logprobs=20, max_tokens=100)), None
     )
-    plain = worst_case_bytes("chat", _chat(max_tokens=100), None)
+    eight = worst_case_bytes(
+        ask_of("chat", _chat(n=8, logprobs=True, top_logprobs=20, max_tokens=100)), None
+    )
+    plain = worst_case_bytes(ask_of("chat", _chat(max_tokens=100)), None)
     assert eight == 8 * one and one > 20 * plain
 
 

@@ -189,7 +189,7 @@ def test_models_and_health(open_client):
     assert client.get("/health").status_code == 200
     engine.healthy = False
     assert client.get("/health").status_code == 200  # the answer is cached for 1 s
-    client.app.state.ingress.health_cache.ttl_s = 0.0  # expired
+    client.app.state.ingress.endpoints.health_cache.ttl_s = 0.0  # expired
     r = client.get("/health")
     assert r.status_code == 503 and r.json()["models"]["m"].startswith("unavailable")
 
@@ -268,10 +268,10 @@ def test_full_model_queue_gives_503():
     spec = _spec()  # capacity = max_num_seqs (1) + max_queue_len (1) = 2 in flight
     client, _ = _client(spec)
     ingress = client.app.state.ingress
-    ingress.in_flight["m"] = 2
+    ingress.admit_stage.shares.in_flight["m"] = 2
     r = client.post("/v1/chat/completions", json={"model": "m", "messages": MSG})
     assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
-    ingress.in_flight["m"] = 1
+    ingress.admit_stage.shares.in_flight["m"] = 1
     assert (
         client.post("/v1/chat/completions", json={"model": "m", "messages": MSG}).status_code == 200
     )
@@ -315,4 +315,4 @@ def test_client_disconnect_aborts_engine_request():
             break
         asyncio.run(asyncio.sleep(0.02))
     assert engine.aborted == [engine.requests[-1].request_id]
-    assert client.app.state.ingress.in_flight["m"] == 0
+    assert client.app.state.ingress.admit_stage.shares.in_flight["m"] == 0

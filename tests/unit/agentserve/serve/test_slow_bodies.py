@@ -122,7 +122,7 @@ def test_open_mode_has_the_deadline_but_no_cap():
 
 
 def _requests_counted(app, status: int) -> float:
-    value = app.state.ingress.metrics.registry.get_sample_value(
+    value = app.state.ingress.endpoints.metrics.registry.get_sample_value(
         "agentserve_requests_total", {"model": "m", "tenant": "a", "status": str(status)}
     )
     return value or 0.0

@@ -1,7 +1,7 @@
 """Issue 30 item 1: one tenant's tool schemas cannot fail or stall another tenant's
-requests. Schema checks take turns across tenants (serve/fair_gate.py), each tenant has
+requests. Schema checks take turns across tenants (admission/fair_gate.py), each tenant has
 its own cache partition, and a request with schemas is admitted (limits, fair share)
-before its schemas are checked (serve/admit_first.py)."""
+before its schemas are checked (admission/admit_first.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import json
 import threading
 import time
 
-from agentserve.serve import parsing
+from agentserve.admission import parsing
+from agentserve.admission.fair_gate import FairGate
+from agentserve.admission.parsing import RequestParser
 from agentserve.serve.backend import LocalBackend
-from agentserve.serve.fair_gate import FairGate
 from agentserve.serve.ingress import create_app
-from agentserve.serve.parsing import RequestParser
 from agentserve.spec import DeploymentSpec, hash_api_key
 from agentserve_bench.fake_engine import FakeEngine
 from asgi_calls import Call, asgi_request
@@ -125,7 +125,7 @@ def test_a_tenant_past_its_limit_gets_429_before_any_schema_is_checked():
     engine = FakeEngine("m", 1024, token_delay_s=0.02, accept_per_step=1)
     asyncio.run(engine.start())
     app = create_app(spec, {"m": LocalBackend(engine)})
-    parser = app.state.ingress.parser
+    parser = app.state.ingress.admit_stage.parser
     headers = {"authorization": f"Bearer {key}"}
 
     async def run() -> Call:
@@ -157,31 +157,31 @@ class _NoStr(dict):
 def test_admitting_a_heavy_request_does_not_serialize_its_tools_on_the_loop():
     """The token estimate for an admission view uses the body's size: serializing 128
     schemas again (str(tool), the old estimate) took 4.4 ms on the event loop."""
-    from agentserve.admission.admit_first import admission_view
     from agentserve.admission.shares import estimate_prompt_tokens
+    from agentserve.api.ask import ask_of_data
 
     body = hostile_body(1)
     raw = json.dumps(body).encode()
     body["tools"] = [_NoStr(tool) for tool in body["tools"]]
-    view = admission_view("chat", body, len(raw))
-    estimate = estimate_prompt_tokens("chat", view)
+    view = ask_of_data("chat", body, len(raw))
+    estimate = estimate_prompt_tokens(view)
     assert len(raw) / 4 <= estimate <= len(raw) / 4 + 10
-    without_tools = admission_view("chat", {**body, "tools": None}, len(raw))
-    assert estimate_prompt_tokens("chat", without_tools) < 10  # the body size counts only for tools
+    without_tools = ask_of_data("chat", {**body, "tools": None}, len(raw))
+    assert estimate_prompt_tokens(without_tools) < 10  # the body size counts only for tools
 
 
 def test_a_long_conversation_with_tools_is_not_counted_twice():
     """The body's size, which stands for the tools, holds the messages too: the messages
     the estimate already counted are taken out of it."""
-    from agentserve.admission.admit_first import admission_view
     from agentserve.admission.shares import estimate_prompt_tokens
+    from agentserve.api.ask import ask_of_data
 
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     messages = [{"role": "user", "content": "word " * 4000}]  # 20,000 characters
     body = {"model": "m", "messages": messages, "tools": [tool]}
     raw = json.dumps(body).encode()
-    counted = estimate_prompt_tokens("chat", admission_view("chat", body, len(raw)))
-    alone = estimate_prompt_tokens("chat", admission_view("chat", {**body, "tools": None}))
+    counted = estimate_prompt_tokens(ask_of_data("chat", body, len(raw)))
+    alone = estimate_prompt_tokens(ask_of_data("chat", {**body, "tools": None}))
     assert alone <= counted <= alone + (len(raw) - 20_000) / 4 + 1  # was about 2 x alone
 
 

@@ -1,12 +1,12 @@
-"""DeltaTracker (serve/delta_tracker.py): the one bookkeeping of a delta stream that the
+"""DeltaTracker (engine/delta_tracker.py): the one bookkeeping of a delta stream that the
 ingress, migration, replica spans and replica statistics share."""
 
 from __future__ import annotations
 
 import pytest
 from agentserve.admission.shares import AdmittedCall
+from agentserve.engine.delta_tracker import DeltaTracker
 from agentserve.engine.protocol import Delta
-from agentserve.serve.delta_tracker import DeltaTracker
 from agentserve.serve.migrate import Progress
 from agentserve.serve.replica_stats import _Open
 

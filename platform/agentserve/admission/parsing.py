@@ -4,7 +4,7 @@ over INLINE_BODY_BYTES, is decoded and validated on a worker thread under a time
 a small one without schemas, or with only known ones (an agent's usual tools: a hash
 each), inline.
 
-Fairness (serve/fair_gate.py): worker threads take turns through a FairGate, so one
+Fairness (admission/fair_gate.py): worker threads take turns through a FairGate, so one
 validation runs at a time (a hostile request competes with the event loop for the GIL,
 never with a crowd of threads), and a job hands its turn to another tenant's at every
 checkpoint (before each uncached schema, every few thousand JSON values). A tenant has
@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+from agentserve.admission.fair_gate import FairGate
 from agentserve.api.auth import OPEN_TENANT
 from agentserve.api.body import decode_json
 from agentserve.api.body_check import decode_checked, decoded_or_raise
@@ -54,7 +55,6 @@ from agentserve.api.validate import (
     has_schemas,
 )
 from agentserve.engine.protocol import RequestKind
-from agentserve.serve.fair_gate import FairGate
 
 __all__ = ["INLINE_BODY_BYTES", "VALIDATION_TIMEOUT_S", "RequestParser"]
 
