@@ -157,7 +157,7 @@ def _cached_profile(cpu) -> dict[str, Any] | None:
     """This machine's cached calibration of the bundled model (engine/step_costs.py), if any
     (read only: measuring is `agentserve up`'s job)."""
     from agentserve.engine.step_costs import PROFILE_VERSION, profile_cache_path
-    from agentserve.model_sources import cache_root
+    from agentserve.sources.models import cache_root
 
     root = cache_root()
     path = profile_cache_path(root / "models" / BUNDLED_MODEL, cpu, root)

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from agentserve.drafters import mask_token_id_for, shipped_drafter
-from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve.sources.models import BUNDLED_MODEL, resolve_model
 from dflash.config import DFlashConfig
 from dflash.train.prompts import chat_prompt_ids
 

@@ -20,10 +20,10 @@ from agentserve.cli.train_drafter_data import (
     stage_data,
 )
 from agentserve.cli.train_drafter_eval import heldout_store, stage_eval
-from agentserve.drafter_card import card_for_run, card_line
 from agentserve.drafters import BUNDLED_DRAFTER_DIR, mask_token_id_for, shipped_drafter
-from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve.sources.models import BUNDLED_MODEL, resolve_model
 from dflash.config import DFlashConfig
+from dflash.train.card import card_for_run, card_line
 from dflash.train.responses import load_responses
 
 __all__ = ["add_parser", "run"]

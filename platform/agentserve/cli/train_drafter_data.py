@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import dflash.train as dflash_train
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 from dflash.train.code_prompts import (
     TRAINING_PACKAGES,
     StdlibIndex,

@@ -12,8 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from agentserve.drafter_card import eval_prompt_ids
 from agentserve.drafters import shipped_drafter
+from dflash.train.card import eval_prompt_ids
 
 __all__ = ["heldout_store", "stage_eval"]
 
