@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from agentserve.metrics_snapshot import parse_metrics
 from agentserve.sdk import connect
+from agentserve.sdk.metrics_snapshot import parse_metrics
 from agentserve.spec import load_spec
 
 SPEC = Path(__file__).resolve().parent / "tenants.yaml"

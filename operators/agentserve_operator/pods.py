@@ -340,7 +340,7 @@ def worker_group(d: r.Desired, model: ModelSpec) -> dict[str, Any]:
 def prefetch_args(model: ModelSpec) -> list[str]:
     """`repo[@revision]` of each Hugging Face id the model's replica loads (its source,
     drafter and LoRA adapters)."""
-    from agentserve.model_sources import is_hub_id
+    from agentserve.sources.models import is_hub_id
 
     refs = [(model.source, model.revision)]
     if model.drafter.enabled and model.drafter.path:
@@ -353,7 +353,7 @@ def _prefetch_container(
     d: r.Desired, model: ModelSpec, size: dict[str, str]
 ) -> dict[str, Any] | None:
     """Init container that downloads the model's Hugging Face ids into the hub cache before
-    Ray starts (agentserve.prefetch): a multi-GB download then never runs inside the Serve
+    Ray starts (agentserve.sources.prefetch): a multi-GB download then never runs inside the Serve
     replica's constructor, where Serve's health checks and timeouts would cut it short;
     a failed download restarts this container with backoff and shows in the pod's state.
     CPU and memory as the Ray container (an init container adds nothing to the pod's
@@ -364,5 +364,5 @@ def _prefetch_container(
     cpu_mem = {k: v for k, v in size.items() if k in ("cpu", "memory")}
     resources = {"requests": cpu_mem, "limits": dict(cpu_mem)}
     container = _container(d, "hub-prefetch", resources, worker=True)
-    container["command"] = ["python", "-m", "agentserve.prefetch", *args]
+    container["command"] = ["python", "-m", "agentserve.sources.prefetch", *args]
     return container

@@ -3,7 +3,7 @@
 A CR's `spec` is a DeploymentSpec plus one `kubernetes` object (image, model volume, API-key
 Secret, sizes). Tenants may leave `api_key_sha256` out when the referenced Secret holds their
 key; the operator hashes it, so keys never appear in the CR, the ConfigMap or the RayService.
-Speculation follows the rule `agentserve up` follows (spec_defaults.resolve_drafters): a
+Speculation follows the rule `agentserve up` follows (spec.defaults.resolve_drafters): a
 model that leaves `drafter.enabled` unset speculates with the method measured fastest through
 the server on the kind of machine its replicas run on ("cuda" for GPU replicas; CPU replicas
 on a cluster are of no known kind, so plain decoding), and each drafter left at
@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from agentserve.api.auth import KEY_SALT_ENV, salted_key_hash
 from agentserve.api.cache_salt import KEY_ENV as CACHE_SALT_KEY_ENV
-from agentserve.model_sources import is_hub_id
+from agentserve.sources.models import is_hub_id
 from agentserve.spec import (
     DeploymentSpec,
     SpecError,
@@ -29,7 +29,7 @@ from agentserve.spec import (
     hash_api_key,
     spec_from_dict,
 )
-from agentserve.spec_defaults import resolve_drafters
+from agentserve.spec.defaults import resolve_drafters
 from pydantic import (
     BaseModel,
     ConfigDict,

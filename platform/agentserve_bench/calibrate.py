@@ -55,7 +55,7 @@ def _choice(profile: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+    from agentserve.sources.models import BUNDLED_MODEL, resolve_model
 
     docs = Path(args.docs)
     path = docs / "benchmarks" / "calibration.json"
@@ -155,7 +155,7 @@ def calibration_section(rows: list[dict[str, Any]]) -> str:
                 f"| {c.get('predicted_speedup', 1.0):.2f}x | {r.get('date', '')} |"
             )
     from agentserve.drafters import default_speculation, has_served_speculation
-    from agentserve.model_sources import BUNDLED_MODEL
+    from agentserve.sources.models import BUNDLED_MODEL
     from agentserve.speculation.choice import measured_served_factors
 
     served_factor, served_factor_loaded = measured_served_factors()

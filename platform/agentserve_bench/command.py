@@ -17,7 +17,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from agentserve.drafters import shipped_drafter
-from agentserve.model_sources import resolve_model
+from agentserve.sources.models import resolve_model
 
 from agentserve_bench import (
     affinity,

@@ -26,11 +26,11 @@ from typing import Any
 
 from agentserve.drafters import shipped_drafter
 from agentserve.engine.vllm_args import speculative_config
-from agentserve.model_sources import resolve_model
 from agentserve.serve.replica import default_engine_factory
+from agentserve.sources.models import resolve_model
 from agentserve.spec import DeploymentSpec, load_spec, spec_from_dict
-from agentserve.spec_defaults import with_default_drafters
-from agentserve.spec_overrides import with_overrides
+from agentserve.spec.defaults import with_default_drafters
+from agentserve.spec.overrides import with_overrides
 
 from agentserve_bench.arg_types import ints
 from agentserve_bench.fake_engine import FakeEngineFactory

@@ -58,8 +58,8 @@ def write_served_profiles(
     (or only `machines`') default speculation for the bundled model, decided from its own
     rows (served_rows.served_default), and the pooled acceptance and draft rate over every
     kind's rows. Each section's source is the command and latest date of its rows."""
-    from agentserve.model_sources import BUNDLED_MODEL
     from agentserve.profiles import POOLED
+    from agentserve.sources.models import BUNDLED_MODEL
     from agentserve.speculation.schedule import acceptance_from_served, draft_rate_from_served
 
     from agentserve_bench.served_rows import by_machine, deciding, served_default

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.drafters import shipped_drafter
-from agentserve.model_sources import resolve_model
+from agentserve.sources.models import resolve_model
 
 from agentserve_bench.report import default_docs, replace_section, write_json
 from agentserve_bench.sampling_check import (

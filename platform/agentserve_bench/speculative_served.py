@@ -119,8 +119,8 @@ def bench_spec(
     drafter directory for dflash and hybrid (default: the shipped one); `schedule` "off":
     always k drafts, whatever the batch (what a drafter can do, not what `up` turns on)."""
     from agentserve.spec import spec_from_dict
-    from agentserve.spec_defaults import resolve_drafters
-    from agentserve.spec_overrides import with_overrides, with_speculation
+    from agentserve.spec.defaults import resolve_drafters
+    from agentserve.spec.overrides import with_overrides, with_speculation
 
     spec = with_speculation(base or DeploymentSpec(), method)
     data = spec.model_dump(mode="json", exclude_unset=True)
@@ -161,7 +161,7 @@ def _agentserve(spec: DeploymentSpec, timeout_s: float, factory: Any) -> Iterato
 
 @contextlib.contextmanager
 def _vllm_serve(spec: DeploymentSpec, timeout_s: float, logs: Path) -> Iterator[tuple[str, str]]:
-    from agentserve.model_sources import resolve_model
+    from agentserve.sources.models import resolve_model
 
     from agentserve_bench.overhead_peers import vllm_server
     from agentserve_bench.overhead_phases import free_port

@@ -19,7 +19,7 @@ from pathlib import Path
 import openai
 import pytest
 from agentserve.cli.up import check_port_free
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 from up_server import agentserve_cmd, free_port
 
 ROOT = Path(__file__).resolve().parents[2]

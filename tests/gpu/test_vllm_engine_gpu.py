@@ -72,7 +72,7 @@ def _in_child(model: dict, env: dict, prompts: list[list[int]]) -> dict:
 def setup(tmp_path_factory):
     """(prompts, env with an offline hub cache holding the shipped drafter)."""
     from agentserve.drafters import shipped_drafter
-    from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+    from agentserve.sources.models import BUNDLED_MODEL, resolve_model
     from hub_cache import write_snapshot
     from transformers import AutoTokenizer
 

@@ -7,9 +7,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import agentserve.sources.models as model_sources
 import pytest
-from agentserve import model_sources
-from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve.sources.models import BUNDLED_MODEL, resolve_model
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from agentserve.drafters import mask_token_id_for
-from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve.sources.models import BUNDLED_MODEL, resolve_model
 from transformers import AutoTokenizer
 
 from dflash.config import DFlashConfig

@@ -12,7 +12,7 @@ import asyncio
 import math
 
 import pytest
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ from agentserve import tracing as t
 from agentserve.engine.protocol import EngineRequest
 from agentserve.serve.spans import traced_stream
 from agentserve.spec import DeploymentSpec, TracingSpec
-from agentserve.spec_defaults import resolve_drafters
-from agentserve.spec_overrides import with_speculation
+from agentserve.spec.defaults import resolve_drafters
+from agentserve.spec.overrides import with_speculation
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 pytestmark = pytest.mark.slow

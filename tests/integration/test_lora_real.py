@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def client(start_up, tmp_path_factory):
     """`agentserve up --spec` (local Ray, the real engine) serving the bundled model with one
     adapter written by the test; an httpx client on its URL."""
     import httpx
-    from agentserve.model_sources import resolve_model
+    from agentserve.sources.models import resolve_model
 
     root = tmp_path_factory.mktemp("lora")
     adapter = write_adapter(root / "tuned", resolve_model("bundled"))

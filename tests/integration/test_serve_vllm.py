@@ -11,7 +11,7 @@ import re
 import openai
 import pytest
 from agentserve.drafters import shipped_drafter
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 
 pytestmark = pytest.mark.slow
 

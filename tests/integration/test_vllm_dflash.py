@@ -14,7 +14,7 @@ import pytest
 import torch
 from agentserve import profiles
 from agentserve.drafters import default_speculation_tokens, shipped_drafter
-from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve.sources.models import BUNDLED_MODEL, resolve_model
 from agentserve_bench.speculative import vllm_runs
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoTokenizer

@@ -17,7 +17,7 @@ import math
 
 import pytest
 from agentserve.drafters import default_dtype, shipped_drafter
-from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve.sources.models import BUNDLED_MODEL, resolve_model
 from agentserve_bench.sampling import method_configs
 from agentserve_bench.sampling_check import (
     CHECK_PROMPTS,

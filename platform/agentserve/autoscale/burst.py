@@ -1,28 +1,13 @@
-"""Burst detection for the predictive floor: capacity ahead of a load step.
+"""Burst detection for the predictive floor: capacity ahead of a load step
+(docs/autoscaling.md, "Burst detector", with the sweep that chose the defaults).
 
-The floor (policy.capacity_floor) plans for the arrival rate averaged over the look-back
-window (30 s by default). After a step in load that average lags: 10 s into a 3x step it
-shows 1.67x. With replicas taking 45-120 s to start, every second of lag is a second
-more of the burst served short. The detector compares the arrival rate over a short
-recent window with the look-back rate and, when the recent rate is both relatively
-higher (`burst_ratio`) and statistically so (the recent window's arrivals exceed the
-look-back rate's expectation by `burst_z` Poisson standard deviations, so a quiet
-deployment's noise does not trigger it), plans the floor for a rate projected one
-replica start ahead along the measured slope, capped at `burst_max_factor` x the
-recent rate (a step is not a ramp: unbounded extrapolation of a step overshoots).
-
-Hysteresis: once triggered, the planned rate only rises until the burst ends, and the
-burst ends only when the recent rate has fallen back to within `burst_exit_ratio` of
-the look-back rate (the look-back window has caught up) and `burst_hold_s` has passed
-since the trigger. Exit never scales down by itself: the policy's scale-down rules
-(delay, cooldown after a scale-up, consolidation check) still govern, so the detector
-adds no 2 <-> 1 oscillation.
-
-Defaults (ratio 1.2, z 2, x2 cap) are the best of a sweep on the benchmark trace
-(docs/autoscaling.md): agent traffic is a closed loop (a session's next call waits for the
-previous one), so a 3x step in new sessions shows as only ~1.2-1.3x in the call rate
-before the queue throttles it; a 1.5 ratio never fired. The price is false triggers on
-ordinary ramps (two on that trace), each holding a raised floor for burst_hold_s.
+The detector fires when the arrival rate over a short recent window is both `burst_ratio`
+x the look-back rate and `burst_z` Poisson standard deviations above its expectation; the
+floor then plans for the rate projected one replica start ahead along the measured slope,
+capped at `burst_max_factor` x the recent rate. Hysteresis: the planned rate only rises
+until the burst ends, which is when the recent rate is back within `burst_exit_ratio` of
+the look-back rate and `burst_hold_s` has passed; the end never scales down by itself
+(the policy's scale-down rules still govern).
 
 Pure: no Ray import; the state is two JSON-able numbers kept in PolicyState.
 """

@@ -1,38 +1,18 @@
-"""The capacity model from the step costs calibrated on the machine the replicas run on.
+"""The capacity model from the step costs calibrated on the machine the replicas run on
+(docs/autoscaling.md, "Where the step costs come from").
 
 `latency_model_from_profile(profile, dtype, method, base)` turns a step-cost profile
-(engine/step_costs.py: the GEMM part of a decode step and of a k-token verification step,
-per dtype, at batch 1 and 4, verifying 1..8 tokens per sequence) into the LatencyModel that
-the autoscaler's capacity floor and the speculation schedule plan with. Which term comes
-from which measurement:
+(engine/step_costs.py: GEMM costs of decode and 1..8-token verification steps at batch 1 and
+4, per dtype) into a LatencyModel: base, knee and per-token cost fitted to the profile's
+rows in the dtype served, times its served step factor; the speculative step factors from
+speculation.choice (so the schedule and the calibrated choice weigh a verification step
+alike); prefill and acceptance from `base`. Beyond 4 x 8 rows the fit extrapolates.
 
-- `base_ms`, `knee_tokens`, `per_token_ms`: model.fit over every point of the profile in the
-  dtype served (batch b verifying t tokens per sequence -> Measurement(b, t - 1, step_ms)),
-  i.e. the roofline of the step's GEMMs, then times the pooled profile's step factor: a
-  served plain step at concurrency 1 over the profile's decode step at batch 1
-  (`served_step_factor`), since attention, sampling and the scheduler add to every step
-  what the GEMMs do not show.
-- `speculative_step_factor` (and `_loaded`, at batch 4): speculation.choice's (the drafting,
-  then 1 / the method's served factors), the correction the
-  speculation choice
-  (speculation.choice.choose) applies to every predicted speedup, so
-  the schedule at batch 1 and the calibrated choice weigh a verification step alike. A
-  method without a served factor keeps the GEMM ratio (an upper bound of the engine's).
-- `prefill_ms_per_token`, `alpha_1`, `alpha_drop_per_doubling`: from `base`. The profile's
-  prefill is the GEMMs of one 128-token chunk without attention, not what chunked prefill
-  costs a running batch; acceptance is the method's (speculation.schedule.method_acceptance).
-
-The profile covers batch x tokens up to 4 x 8 rows; beyond that the fit extrapolates.
-
-`calibrated_latency_model(model, base, machine)` finds the machine's model: the step costs
-measured through the server on its kind of CPU (its profile's served_fit, `agentserve bench
-fit-latency`), else a profile: this machine's cached calibration (the one `agentserve up`
-measured), else the step terms recorded in its kind of CPU's profile (`step_terms`, from
-docs/benchmarks/calibration.json). Where the whole-engine fit (model.CPU_MEASUREMENTS,
-measured through vLLM on CPU_MEASUREMENTS_MACHINE) holds for the machine, it wins over a
-profile: the same order as speculation (served figures, then calibration). GPUs: no GEMM
-profile is measured there yet; a profile measured on a GPU the same way goes through the
-same functions (profiles/cuda.json), none is invented.
+`calibrated_latency_model(model, base, machine)` picks, in order: the step costs measured
+through the server for its kind of CPU (the profile's served_fit); None where the
+whole-engine fit holds (model.CPU_MEASUREMENTS_MACHINE); this machine's cached calibration;
+else the step terms recorded in its kind's profile. No model is invented for a GPU without
+a measured profile.
 """
 
 from __future__ import annotations
@@ -157,7 +137,7 @@ def _cached_profile(cpu) -> dict[str, Any] | None:
     """This machine's cached calibration of the bundled model (engine/step_costs.py), if any
     (read only: measuring is `agentserve up`'s job)."""
     from agentserve.engine.step_costs import PROFILE_VERSION, profile_cache_path
-    from agentserve.model_sources import cache_root
+    from agentserve.sources.models import cache_root
 
     root = cache_root()
     path = profile_cache_path(root / "models" / BUNDLED_MODEL, cpu, root)

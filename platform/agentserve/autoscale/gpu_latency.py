@@ -45,7 +45,7 @@ ConfigOf = Callable[[str, str | None], Path | None]
 
 
 def _source_config(source: str, revision: str | None) -> Path | None:
-    from agentserve.device_defaults import source_config  # lazy: hub ids need the hub
+    from agentserve.spec.device_defaults import source_config  # lazy: hub ids need the hub
 
     return source_config(source, revision)
 

@@ -1,28 +1,14 @@
-"""The latency statistic the policy reads, computed by the same code live and simulated.
+"""The latency statistic the policy reads, computed by the same code live and simulated
+(docs/autoscaling.md explains the choices).
 
-`pooled_tenant_latency(windows)` turns per-replica latency windows into one
-`TenantLatency` per tenant; the Ray adapter (ray_policy.py, from the replicas' published
-stats) and the simulator (agentserve_bench/autoscale/simulate.py, from its own request
-records) both call it, so the policy sees the same number for the same samples in both
-worlds.
-
-The statistic is the **pooled, nearest-rank p95 over all replicas' samples, on a
-log-bucketed histogram** (buckets 5% wide, a value reported as its bucket's upper edge):
-- pooled, not the worst replica's p95: the SLA is a p95 over a tenant's requests, whatever
-  replica served them; the worst replica's p95 overstates it as replicas multiply (one
-  slow replica of eight would drive the whole fleet's scaling) and no simulator can
-  reproduce which replica is worst;
-- a histogram, because Ray Serve carries a flat `name -> float` per replica: raw samples
-  do not fit it, bucket counts do, and histograms add exactly, so pooling across replicas
-  loses nothing beyond the bucket width (at most +5%, on the conservative side, far inside
-  the policy's 0.6-1.0 hysteresis band);
-- nearest-rank, not interpolated: the result is always a bucket edge some sample reached
-  (interpolating between edges invents latencies no request had), it is monotone in every
-  sample, and it matches the replicas' own `p95` (serve/replica_stats.py).
-Counts may be fractional (a time-averaged histogram): the rank rule is "first bucket whose
-cumulative count reaches 95% of the total", which is nearest-rank for integer counts.
-`nearest_rank(values, q)` is the same rule on raw samples, for any quantile: every
-percentile the benchmarks report (agentserve_bench) is computed by it.
+`pooled_tenant_latency(windows)` turns per-replica latency windows into one `TenantLatency`
+per tenant, for the Ray adapter (ray_policy.py) and the simulator
+(agentserve_bench/autoscale/simulate.py) alike: the pooled nearest-rank p95 over all
+replicas' samples on a log-bucketed histogram (buckets 5% wide, a value reported as its
+bucket's upper edge; histograms because Ray Serve carries a flat `name -> float` per
+replica, and they add exactly). Counts may be fractional: the rank is the first bucket whose
+cumulative count reaches 95% of the total. `nearest_rank(values, q)` is the same rule on raw
+samples; every percentile the benchmarks report uses it.
 """
 
 from __future__ import annotations

@@ -1,33 +1,22 @@
 """Ray Serve adapter (Ray 2.60): runs the pure `decide` as a deployment's custom
-autoscaling policy, fed by the replicas' `record_autoscaling_stats` metrics.
+autoscaling policy, fed by the replicas' `record_autoscaling_stats` metrics
+(docs/autoscaling.md describes the inputs).
 
-Wiring: `ray_autoscaling_config(spec, model)` returns the deployment's
-`autoscaling_config` dict. Ray instantiates `SlaAutoscalingPolicy(**policy_kwargs)` once
-and calls it every control-loop tick with an `AutoscalingContext`; it returns
-(target replicas, policy_state). Ray wraps every custom policy with its own delays and
-scaling factors; the config sets those to neutral (delays 0, factors 1) because `decide`
-holds its own. Ray's cold-start fast path (0 replicas and requests waiting -> scale up)
-runs before the policy. Replicas publish `encode_replica_stats(...)` from
-`record_autoscaling_stats`; Ray averages each metric over `look_back_period_s` per replica,
-except the latency histograms, which the adapter reads from each replica's latest report
-(`raw_metrics`: a replica's window already covers the look-back) and pools across replicas
-with `latency_stat.pooled_tenant_latency`, the function the simulator uses. Each replica
-also reports how long it took to start (`agentserve_replica_start_s`); the adapter plans
-with the largest of the latest reports (`start_stat.measured_start_s`, as the simulator),
-keeping the last value in policy_state when no replica reports. Replicas whose engine
-sleeps when idle (replicas.sleep_when_idle_s) report `agentserve_replica_sleeping` (0/1)
-and `agentserve_replica_wake_s` (their last wake); the adapter keeps how many sleep and the
-largest wake in policy_state's "agentserve_last" (observed; the policy does not plan with
-them: a sleeping replica is ready capacity a request wakes, and the replicas the policy
-adds start cold).
-Requests the ingresses hold in their own deadline queues (serve/held_board.py) are read
-from the board in Ray's GCS store when the policy decides (in Serve's controller: at most
-one read per decision, each call bounded by a second) and added to the queue, the requests
-in flight and the tenants' TTFT windows; a failed read decides without them.
-Another policy with decide's shape runs the same way: subclass SlaAutoscalingPolicy with
-`policy = staticmethod(my_decide)` and pass its import path as `policy_function`.
-It decides once per `autoscaling.interval_s` (Ray calls it every control-loop tick; in
-between it keeps the current target); Ray's cold-start fast path is not delayed by it.
+`ray_autoscaling_config(spec, model)` returns the deployment's `autoscaling_config`, Ray's
+own delays and factors set neutral because `decide` holds its own. Ray calls
+`SlaAutoscalingPolicy(**policy_kwargs)` every control-loop tick with an
+`AutoscalingContext`; it decides once per `autoscaling.interval_s` (keeping the target in
+between) and returns (target replicas, policy_state). Ray's cold-start fast path runs before
+it. Replicas publish `encode_replica_stats(...)`: Ray averages each over
+`look_back_period_s`, except the latency histograms, read from each replica's latest report
+and pooled with `latency_stat.pooled_tenant_latency` (as in the simulator); the replica start
+is the largest reported (`start_stat.measured_start_s`), kept in policy_state. Sleeping
+replicas and their last wake are observed in policy_state's "agentserve_last", not planned
+with. Requests the ingresses hold (serve/held_board.py) are read from Ray's GCS store once
+per decision (bounded by a second; a failed read decides without them) and added to the
+queue, the requests in flight and the TTFT windows. Another policy with decide's shape runs
+the same way: subclass SlaAutoscalingPolicy with `policy = staticmethod(my_decide)` and pass
+its import path as `policy_function`.
 """
 
 from __future__ import annotations

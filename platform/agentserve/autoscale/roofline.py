@@ -1,24 +1,15 @@
 """A GPU replica's latency prior from the roofline: the model's size and the GPU's published
-memory bandwidth and FLOPs (pure; the figures are data, autoscale/gpus.json).
+memory bandwidth and FLOPs (pure; the figures are data, autoscale/gpus.json; the method:
+docs/autoscaling.md, "On GPU without a measured model").
 
-A decode step of `b` sequences, each verifying `t` tokens over `context` tokens of KV cache,
-costs
-
-    step_ms(b) = overhead + max(mem, compute)
-    mem     = (weights_bytes + b x context x kv_bytes_per_token) / (bandwidth x bw_efficiency)
-    compute = 2 x active_params x b x t / (bf16_flops x flops_efficiency)
-
-and a prompt token prefilled into a step adds 2 x active_params / (bf16_flops x
-flops_efficiency). `roofline_latency_model` samples step_ms at batches 1, 2, 4, ...,
-max_num_seqs and fits the LatencyModel's knee form through them (model.fit, the fit
-measured steps get), so the policy plans with it as with a measured model. The efficiencies,
-the step overhead and the context a sequence holds are assumptions (gpus.json
-"assumptions"); the replicas' own time per output token corrects the prior online
-(step_refit.py).
-
-The model's shape comes from its config.json (`shape_from_config`: hidden size, layers,
-vocabulary, intermediate size, heads and KV heads, experts) or, without one, from the
-parameter count in its id (`shape_from_model_id`: "Qwen3-8B" -> 8e9).
+A step of `b` sequences verifying `t` tokens over `context` tokens of KV cache costs
+overhead + max(mem, compute), mem = (weights_bytes + b x context x kv_bytes_per_token) /
+(bandwidth x bw_efficiency), compute = 2 x active_params x b x t / (bf16_flops x
+flops_efficiency); `roofline_latency_model` samples it at batches 1, 2, 4, ...,
+max_num_seqs and fits the LatencyModel's knee form (model.fit). The efficiencies, overhead
+and context are assumptions (gpus.json "assumptions"), corrected online (step_refit.py).
+The model's shape comes from its config.json (`shape_from_config`) or, without one, from
+the parameter count in its id (`shape_from_model_id`: "Qwen3-8B" -> 8e9).
 """
 
 from __future__ import annotations

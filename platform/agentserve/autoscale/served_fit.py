@@ -1,22 +1,14 @@
-"""The bundled model's step costs measured through the served API, per kind of CPU.
+"""The bundled model's step costs measured through the served API, per kind of CPU
+(docs/autoscaling.md, "Where the step costs come from").
 
-`agentserve bench fit-latency` run against `agentserve up --no-drafter` on a kind of CPU
-(the dtype and engine settings `agentserve up` applies there, nothing else running) streams
-unique prompts at concurrency 1, 2, 4, 8 and fits the whole served step: `base_ms`,
-`knee_tokens`, `per_token_ms` from the time per output token at each concurrency, and
-`prefill_ms_per_token` from the TTFT of short and long prompts. Its figures file is
-committed as docs/benchmarks/fit_latency_<cpu_class>.json and its `latency_model` section
-in that kind's profile (profiles/<cpu_class>.json `served_fit`, under the dtype `up` serves
-in there).
-
-Where a kind of CPU has one, the capacity model (the SLA policy's TPOT and TTFT
-projections) and the default speculation schedule plan with it ahead of a model derived
-from GEMM step costs (calibrated_model.py): the served figures first, then calibration, as
-for speculation. On an AVX2 EPYC the GEMM-derived model was 12-36% short of a served step
-and assumed half the prefill cost (docs/benchmarks.md, "Step costs through the served
-API"). A verification pass of t tokens per sequence is priced as a step of t times the
-tokens (the fit's knee and per-token slope, measured from batches of sequences); a DFlash
-drafter's forward adds its share of the target's layers to every step, drafting or not.
+`agentserve bench fit-latency` against `agentserve up --no-drafter` fits the whole served
+step (`base_ms`, `knee_tokens`, `per_token_ms` from the time per output token at concurrency
+1, 2, 4, 8; `prefill_ms_per_token` from TTFTs) into that kind's profile
+(profiles/<cpu_class>.json `served_fit`, under the dtype `up` serves in). Where a kind has
+one, the capacity model and the default speculation schedule plan with it ahead of a model
+derived from GEMM step costs (calibrated_model.py). A verification pass of t tokens per
+sequence is priced as a step of t times the tokens; a DFlash drafter adds its share of the
+target's layers to every step.
 """
 
 from __future__ import annotations

@@ -1,48 +1,17 @@
 """Standby replicas: started replicas kept beyond the policy's target, so that a scale-up
-is served at once instead of after a replica start (49 s measured for vLLM on CPU in the
-benchmark, 60-120 s on GPU).
+is served at once instead of after a replica start (docs/autoscaling.md, "Standby replicas").
 
-Two mechanisms, because Ray Serve cannot do the better one:
-- **unrouted standby** (simulator only, `SimConfig.standby_replicas`): replicas started,
-  engine loaded, taking no traffic; a scale-up promotes them (routable now) and the pool
-  refills with fresh starts; a scale-down parks idle replicas back in the pool. Ray Serve
-  2.60 routes to every RUNNING replica of a deployment and has no state for a started
-  replica outside the router's candidate set, so this is not available live.
-- **routed standby** (live, and in the simulator as the same code path, `plan_fleet`):
-  the adapter asks Ray for `decide`'s target plus the margin and hides the margin applied
-  at the previous decision from the snapshot `decide` sees (the newest first: warming ones,
-  then ready ones, keeping one ready). The extras serve traffic like any replica (their
-  cost is the same running replica's), and a scale-up by k is served at once by the hidden
-  ones while fresh starts refill the margin. It is standing headroom the policy does not
-  consolidate away.
-Both count every standby replica's time in replica-seconds. A target of 0 (scale to
-zero) gets no standby: the margin accompanies a serving fleet.
+Live and in the simulator the same code path (`plan_fleet`) keeps a **routed** margin: the
+adapter asks Ray for `decide`'s target plus the margin and hides the margin of the previous
+decision from the snapshot `decide` sees (newest first: warming, then ready, keeping one
+ready). Unrouted standby (`SimConfig.standby_replicas`) exists in the simulator only: Ray
+Serve routes to every RUNNING replica. A target of 0 gets no standby.
 
-**How large (the default, `standby_replicas` None): derived from the replica start.** A
-replica asked for now serves one start S later, so whatever the arrival rate grows by
-within S must be served by replicas already running. The policy sees growth two ways:
-the floor follows the look-back rate (which trails a ramp by half its window, L/2), and
-the burst detector flags a rise once the recent rate reaches `burst_ratio` x the
-look-back rate, i.e. a relative slope of (burst_ratio - 1) / gap per second, gap being
-the distance between the two windows' centres. The steepest rise neither reacts to in
-time therefore grows demand by the factor 1 + g within one start,
-
-    g = min(burst_max_factor - 1, (burst_ratio - 1) / gap x (S + L/2)),
-
-the cap being the detector's own bound on a step (it plans for at most burst_max_factor x
-the recent rate; a larger step is the detector's and the ingress priority's to absorb).
-The fleet runs max(T, ceil((1 + g) x D)): T is decide's target, D the replicas the
-current demand needs (the capacity floor at the look-back rate, without the burst
-projection; without a latency model the replicas the requests in flight fill, at most T;
-0 when idle, so an idle fleet keeps no standby). A target already above (1 + g) x D (a burst
-floor, an SLA breach) is headroom enough, so a detected burst is not doubled again. The
-headroom fleet rises at once and falls only after staying lower for downscale_delay_s,
-the policy's own scale-down hold, so rate noise causes no churn. With the defaults
-(ratio 1.2, windows 30 s / 10 s, cap 2) g = 0.02/s x (S + 15 s), capped at 1: a 10 s
-start keeps half the demand's fleet again in standby, a start of 35 s or more the whole
-of it again (S = 49 s in the benchmark). With the detector off (`burst_ratio` 0) no rise
-is flagged and g is the cap. An explicit `standby_replicas` count replaces the
-derivation (the fleet is then T + that count).
+Size (`standby_replicas` None): the fleet runs max(T, ceil((1 + g) x D)), T decide's target,
+D the replicas current demand needs (0 when idle), g = min(burst_max_factor - 1,
+(burst_ratio - 1) / gap x (S + L/2)) for a replica start S and look-back window L (g is the
+cap with the burst detector off). It rises at once and falls only after staying lower for
+downscale_delay_s. An explicit `standby_replicas` count makes the fleet T + that count.
 """
 
 from __future__ import annotations

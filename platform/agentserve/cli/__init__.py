@@ -19,7 +19,7 @@ from importlib.util import find_spec
 
 from agentserve import __version__
 from agentserve.cli.traces import PhoenixNotInstalledError
-from agentserve.model_sources import ModelNotFoundError
+from agentserve.sources.models import ModelNotFoundError
 from dflash.train.prompts import PromptSourceMissingError
 
 __all__ = ["COMMANDS_GROUP", "build_parser", "main", "plugin_commands"]

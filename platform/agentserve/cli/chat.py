@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentserve.cli.console import Console
-from agentserve.server_env import api_base_url, resolve_api_key, resolve_base_url
+from agentserve.sdk.server_env import api_base_url, resolve_api_key, resolve_base_url
 
 __all__ = ["add_parser", "api_base_url", "client_settings", "run_chat"]
 
 
 def client_settings(args: argparse.Namespace, console: Console | None = None) -> tuple[str, str]:
     """(base URL with /v1, API key or "none") from the flags and the environment
-    (agentserve.server_env: AGENTSERVE_BASE_URL / OPENAI_BASE_URL, AGENTSERVE_API_KEY /
+    (agentserve.sdk.server_env: AGENTSERVE_BASE_URL / OPENAI_BASE_URL, AGENTSERVE_API_KEY /
     OPENAI_API_KEY or a key file); a deprecated variable's note goes to the console."""
     base = resolve_base_url(args.url, os.environ)
     if base.note and console is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from agentserve.model_sources import BUNDLED_MODEL, resolve_model
+from agentserve.sources.models import BUNDLED_MODEL, resolve_model
 
 __all__ = ["add_parser"]
 

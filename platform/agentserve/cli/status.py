@@ -18,8 +18,8 @@ from typing import Any
 from agentserve.autoscale.model import LatencyModel
 from agentserve.cli.console import Console
 from agentserve.engine.cpu_info import CpuInfo
-from agentserve.metrics_snapshot import MetricsSnapshot, parse_metrics
-from agentserve.server_env import resolve_api_key, resolve_base_url, server_root
+from agentserve.sdk.metrics_snapshot import MetricsSnapshot, parse_metrics
+from agentserve.sdk.server_env import resolve_api_key, resolve_base_url, server_root
 
 __all__ = ["Report", "add_parser", "burn_rate", "report_rows", "run_status", "sla_rows"]
 
@@ -291,7 +291,7 @@ def render(console: Console, report: Report, rows: dict[str, list], window: str)
 def run_status(args: argparse.Namespace, console: Console | None = None) -> int:
     """`agentserve status`: exit 0 when healthy, 1 unreachable or unhealthy."""
     console = console or Console()
-    base = resolve_base_url(args.url, os.environ)  # agentserve.server_env
+    base = resolve_base_url(args.url, os.environ)  # agentserve.sdk.server_env
     if base.note:
         console.error(base.note)
     url = server_root(str(base.value))

@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Iterator
 
-from agentserve.adapters import AdapterMissingError, check_local_adapters
 from agentserve.cli.console import Console
 from agentserve.cli.signals import StopSignals
 from agentserve.cli.traces import (
@@ -28,7 +27,6 @@ from agentserve.cli.traces import (
     traces_for_up,
 )
 from agentserve.cli.up_args import add_up_parser
-from agentserve.device_defaults import with_context_lengths
 from agentserve.engine.cpu_info import read_cpu_info
 from agentserve.engine.start_phases import (
     current_phase,
@@ -37,14 +35,16 @@ from agentserve.engine.start_phases import (
     session_log_text,
 )
 from agentserve.engine.vllm_args import DrafterMissingError, speculative_config
-from agentserve.model_sources import resolve_model
 from agentserve.serve import local
 from agentserve.serve.local import admin_url, current_app_state, readiness
 from agentserve.serve.names import deployment_name
 from agentserve.serve.ready import wait_ready
+from agentserve.sources.adapters import AdapterMissingError, check_local_adapters
+from agentserve.sources.models import resolve_model
 from agentserve.spec import DeploymentSpec, SpecError, load_spec
-from agentserve.spec_defaults import resolve_drafters
-from agentserve.spec_overrides import (
+from agentserve.spec.defaults import resolve_drafters
+from agentserve.spec.device_defaults import with_context_lengths
+from agentserve.spec.overrides import (
     spec_for_model,
     with_engine_settings,
     with_overrides,
@@ -53,7 +53,7 @@ from agentserve.spec_overrides import (
 from agentserve.speculation.calibration import export_decisions
 
 __all__ = ["add_parser", "run_up"]
-# with_overrides, with_speculation (spec_overrides.py) and admin_url (serve/local.py) are
+# with_overrides, with_speculation (spec/overrides.py) and admin_url (serve/local.py) are
 # imported here for `up` itself; other callers import them from their modules.
 
 POLL_S = 1.0

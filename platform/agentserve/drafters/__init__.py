@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentserve import profiles
-from agentserve.model_sources import BUNDLED_ALIASES, BUNDLED_MODEL
 from agentserve.profiles import Speculation
+from agentserve.sources.models import BUNDLED_ALIASES, BUNDLED_MODEL
 
 __all__ = [
     "BUNDLED_DRAFTER_DIR",

@@ -2,7 +2,7 @@
 
 The table is data (catalog.json beside this file, shipped in the package); this module only
 reads it. A model whose replicas have GPUs and whose spec leaves its drafter unset
-speculates with its target's entry (agentserve.device_defaults.with_catalog_drafters).
+speculates with its target's entry (agentserve.spec.device_defaults.with_catalog_drafters).
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Step costs of a model on the CPU it runs on: what one decode step and one k-token
-verification step cost, per dtype and batch size, measured in seconds at start-up.
+verification step cost, per dtype and batch size, measured in seconds at start-up
+(docs/autoscaling.md, "Where the step costs come from").
 
-A speculative step verifies 1 + k tokens per sequence in one forward pass: a small prefill.
-Whether that pays depends on the machine far more than on the model: with bf16 instructions
-(AVX512-BF16, AMX) a 5-token pass costs about what a 1-token pass costs (both stream the same
-weights from memory), and without them bf16 runs through slow conversions and every verified
-token adds to the step. `measure_profile` times the part of a step that differs: the
-projections (GEMMs) of every layer and the LM head, with weights of the model's shapes, at
-each batch x tokens, in each dtype, on the threads this process may use; it needs only the
-model's config.json (no weights are loaded), so it takes seconds.
-
-The figures are GEMM costs, not vLLM's whole step: attention, sampling and the scheduler add
-a per-step cost that is the same whether 1 or 5 tokens are verified, so the ratio
-verify(k) / decode measured here is an upper bound of the engine's (speculation.choice then
-errs on the side of plain decoding), and the served benchmark corrects it where it has
-figures for the machine (speculation.choice's served factor).
-
-Profiles are cached per machine (CPU model, features, usable cores) and model directory
-under the state dir.
+`measure_profile` times the projections (GEMMs) of every layer and the LM head, with weights
+of the model's shapes (only its config.json is read), at each batch x tokens, in each dtype,
+on the threads this process may use: seconds of work. They are GEMM costs, not vLLM's whole
+step, so verify(k) / decode here is an upper bound of the engine's (speculation.choice's
+served factor corrects it where measured). Profiles are cached per machine (CPU model,
+features, usable cores) and model directory under the state dir.
 """
 
 from __future__ import annotations

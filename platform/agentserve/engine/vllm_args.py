@@ -17,7 +17,7 @@ from typing import Any
 from agentserve.drafters import shipped_drafter
 from agentserve.engine.cpu_settings import compile_on_cpu, cpu_executor
 from agentserve.engine.vllm_lora import lora_kwargs
-from agentserve.model_sources import ModelNotFoundError, is_hub_id
+from agentserve.sources.models import ModelNotFoundError, is_hub_id
 from agentserve.spec import ModelSpec
 from agentserve.spec.drafter import DFLASH_METHODS, tokens_for_block
 from agentserve.speculation.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
@@ -63,7 +63,7 @@ def _drafter_dir(model: ModelSpec) -> Path:
     the hub cache) here, so the checkpoint checks below always read real files."""
     drafter = model.drafter
     if drafter.path and is_hub_id(drafter.path):
-        from agentserve.hub import resolve_hub  # lazy: huggingface_hub, hub ids only
+        from agentserve.sources.hub import resolve_hub  # lazy: huggingface_hub, hub ids only
 
         try:
             path: Path | None = resolve_hub(drafter.path, drafter.revision)
@@ -228,7 +228,7 @@ def batch_kwargs(model: ModelSpec, model_dir: str | Path | None = None) -> dict[
     capped to what fits the GPU's KV cache) where the spec leaves it null or where it is
     the model's own length (`model_context_length` of `model_dir`, as the spec's resolution
     fills it), else the spec's value."""
-    from agentserve.device_defaults import model_context_length
+    from agentserve.spec.device_defaults import model_context_length
 
     kwargs: dict[str, Any] = {}
     if model.max_num_seqs is not None:

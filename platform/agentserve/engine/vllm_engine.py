@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentserve.adapters import adapter_dirs
 from agentserve.engine.cpu_settings import apply_cpu_engine_settings, replica_slot
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
@@ -49,7 +48,8 @@ from agentserve.engine.vllm_lora import lora_modules
 from agentserve.engine.vllm_paths import check_vllm_paths
 from agentserve.engine.vllm_ray import config_in_placement_group, needs_placement_group
 from agentserve.engine.vllm_sse import deltas_from_sse
-from agentserve.model_sources import resolve_model
+from agentserve.sources.adapters import adapter_dirs
+from agentserve.sources.models import resolve_model
 from agentserve.spec import ModelSpec
 from agentserve.speculation.by_batch import SpecByBatch, vllm_stat_logger
 from agentserve.speculation.hybrid_drafter import (

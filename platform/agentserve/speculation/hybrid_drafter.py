@@ -1,36 +1,26 @@
-"""Hybrid drafting inside vLLM: n-gram prompt lookup where it finds a match, DFlash where not.
+"""Hybrid drafting inside vLLM: n-gram prompt lookup where it finds a match, DFlash where not
+(docs/vllm-fixes.md, docs/architecture.md).
 
-vLLM 0.32 has no hybrid proposer, so the engine runs DFlash (`speculative_config` method
-"dflash") and this module wraps the model runner's `take_draft_token_ids`, which the engine
-core calls after every step to hand the drafts to the scheduler. By then the step's
-bookkeeping is done, so the runner's CPU token ids hold the tokens just accepted (vLLM
-refuses `disable_padded_drafter_batch` for DFlash, which would have given the same inside
-the step). DFlash has drafted every request in the step, as vLLM runs it: its drafter keeps
-context K/V from the target's hidden states and must see every accepted token (on a step
-where prompt lookup matches for every request, or in a batch bigger than `dflash_max_batch`,
-it stores that context only and skips its block forward: speculation/hybrid_block.py). Then, per
-request, the n-gram draft (vLLM's own `NgramProposer` on those token ids) replaces DFlash's
-where prompt lookup finds a match, and DFlash's draft is cut to `dflash_tokens` where it
-does not. The target verifies either kind the same way, so the output stays the target's:
-DFlash drafts greedily here (`check_engine` refuses probabilistic drafting, whose draft
-probabilities would no longer match the tokens), and a greedy draft, n-gram or DFlash, is a
-point mass for the rejection sampler. Async scheduling (which hands drafts over inside the
-worker) must be off: CPU engines run without it, and the spec refuses it with hybrid.
+vLLM 0.32 has no hybrid proposer, so the engine runs DFlash (method "dflash") and this
+module wraps the model runner's `take_draft_token_ids`, called after every step, when the
+runner's CPU token ids already hold the tokens just accepted. DFlash has drafted every
+request (its drafter must see every accepted token; steps it need not draft store context
+only: speculation/hybrid_block.py). Per request, the n-gram draft (vLLM's `NgramProposer`)
+then replaces DFlash's where prompt lookup matches, and DFlash's draft is cut to
+`dflash_tokens` where it does not. Lossless: both drafts are greedy (`check_engine` refuses
+probabilistic drafting), a point mass for the rejection sampler. Async scheduling must be
+off (the spec refuses it with hybrid).
 
-The engine asks for it with `additional_config={"agentserve_hybrid": {...}}` (see
-`vllm_args.hybrid_config`). `install()` runs from the vLLM plugin in every engine process
-and patches the runner class only when vLLM imports it (the worker process), so other
-processes pay nothing.
+The engine asks for it with `additional_config={"agentserve_hybrid": {...}}`
+(`vllm_args.hybrid_config`). `install()` runs from the vLLM plugin in every engine process
+and patches the runner class only when vLLM imports it (the worker process).
 
-Acceptance per proposer: a request's accepted tokens are known one step later (how far
-its token count grew), and are counted against the proposer that drafted them. With
-`STATS_ENV` set in the engine's environment, the counts are written to that file (JSON, at
-most every `STATS_INTERVAL_S`, and at the latest that long after the last step), for the
-replica's /metrics and the benchmarks, with the most recent requests' own counts
-(`REQUESTS_KEPT`) for the replica's decode spans. A request's last draft is not counted: it
-settles only at a step the finished request is no longer part of. The path travels by
-environment, not in `additional_config`: vLLM hashes that into its compile cache key, and a
-fresh path per start would make every start compile again.
+Acceptance per proposer: a request's accepted tokens are known one step later and counted
+against the proposer that drafted them (its last draft is never counted). With `STATS_ENV`
+set, the counts go to that file (JSON, at most every `STATS_INTERVAL_S`, and at the latest
+that long after the last step), with the latest requests' own counts (`REQUESTS_KEPT`), for
+the replica's /metrics, decode spans and the benchmarks. The path travels by environment:
+vLLM hashes `additional_config` into its compile cache key.
 """
 
 from __future__ import annotations

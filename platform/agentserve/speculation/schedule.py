@@ -7,7 +7,7 @@ per output token at each batch size. `agentserve spec speculation-schedule FILE`
 the result as YAML.
 
 `with_default_schedules(spec)` is the default every deployment path applies (`agentserve
-up` through spec_defaults.resolve_drafters, the operator through desired_from_cr): each
+up` through spec.defaults.resolve_drafters, the operator through desired_from_cr): each
 enabled drafter left at `speculation_schedule: auto` without a schedule gets the one its
 model's measured latency model chooses (`latency_model_for`), so a saturated replica stops
 paying for drafts that cost more than they return. The latency model is the one of the

@@ -4,9 +4,9 @@ spec sets one; other models, GPU replicas and unlisted kinds keep the spec's dty
 
 from __future__ import annotations
 
+import agentserve.spec.defaults as spec_defaults
 import pytest
-from agentserve import spec_defaults
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 from agentserve.spec import spec_from_dict
 from profile_fakes import set_profile
 

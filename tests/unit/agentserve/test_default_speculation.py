@@ -22,7 +22,7 @@ from agentserve.drafters import (
     rows_of_shipped_drafter,
 )
 from agentserve.engine.cpu_settings import default_settings
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 from agentserve_bench.served_rows import served_default, settings_scores
 
 FIGURES = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "speculative.json"

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 
+import agentserve.spec.defaults as spec_defaults
+import agentserve.spec.device_defaults as device_defaults
 import pytest
-from agentserve import device_defaults, spec_defaults
 from agentserve.drafters.catalog import CatalogEntry
 from agentserve.engine.vllm_args import batch_kwargs
 from agentserve.spec import ModelSpec, SpecError, spec_from_dict
-from agentserve.spec_overrides import with_speculation
+from agentserve.spec.overrides import with_speculation
 
 QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "max_position_embeddings": 40960}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from agentserve.drafters.catalog import CATALOG_PATH, catalog_drafter, load_catalog
-from agentserve.model_sources import is_hub_id
+from agentserve.sources.models import is_hub_id
 
 ROW = {
     "target": "Org/Target-8B",

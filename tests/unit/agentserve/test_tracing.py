@@ -370,8 +370,8 @@ def test_the_specs_endpoint_survives_the_defaults_up_and_the_operator_apply():
     spec_overrides): an endpoint set alone used to lose to the dumped default `enabled:
     false`, so a spec's tracing.otlp_endpoint exported nothing (found by review)."""
     from agentserve.spec import DeploymentSpec
-    from agentserve.spec_defaults import with_default_drafters
-    from agentserve.spec_overrides import with_overrides
+    from agentserve.spec.defaults import with_default_drafters
+    from agentserve.spec.overrides import with_overrides
 
     spec = DeploymentSpec.model_validate({"tracing": {"otlp_endpoint": "http://c:4318"}})
     rebuilt, _ = with_default_drafters(spec, None, lambda source: None)

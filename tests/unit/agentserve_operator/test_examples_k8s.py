@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from agentserve.engine.vllm_args import engine_kwargs
-from agentserve.model_sources import resolve_model
+from agentserve.sources.models import resolve_model
 from agentserve.tenant_config import spec_from_app_args
 from agentserve_operator import kuberay as kr
 from agentserve_operator.fake import FakeCluster

@@ -78,7 +78,7 @@ def test_an_init_container_downloads_before_ray_starts():
     kube = {"api_key_secret": "demo-keys", "hub_cache": {"claim_name": "hf"}}
     template = _worker(kube)
     [init] = template["spec"]["initContainers"]
-    assert init["command"] == ["python", "-m", "agentserve.prefetch", "Qwen/Qwen3-8B@main",
+    assert init["command"] == ["python", "-m", "agentserve.sources.prefetch", "Qwen/Qwen3-8B@main",
                                "z-lab/Qwen3-8B-DFlash-b16"]  # fmt: skip
     [container] = template["spec"]["containers"]
     assert init["volumeMounts"] == container["volumeMounts"] and init["env"] == container["env"]

@@ -5,10 +5,11 @@ replicas of unknown kind) instead of using its own CPU, and never calibrates."""
 
 from __future__ import annotations
 
+import agentserve.spec.defaults as spec_defaults
 import pytest
-from agentserve import profiles, spec_defaults
+from agentserve import profiles
 from agentserve.drafters import default_speculation, has_served_speculation
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 from agentserve.spec import spec_from_dict
 from agentserve_operator.resource import desired_from_cr, replica_machine
 from operator_cases import gpu_cr

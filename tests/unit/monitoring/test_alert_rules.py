@@ -114,7 +114,7 @@ def test_status_attainment_and_burn_match_the_recording_rules(tmp_path):
     same counters: the exposition of a ServingMetrics, growing linearly over 5 minutes,
     fed to promtool; its recording rule must give what sla_rows shows."""
     from agentserve.cli.status import sla_rows
-    from agentserve.metrics_snapshot import parse_metrics
+    from agentserve.sdk.metrics_snapshot import parse_metrics
     from agentserve.serve.metrics import ServingMetrics
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -25,7 +25,7 @@ from agentserve.autoscale.ray_policy import policy_spec_from_json
 from agentserve.drafters import rows_of_shipped_drafter
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.engine.step_costs import profile_cache_path
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
 from agentserve.speculation.choice import measured_served_factors
 from agentserve.speculation.schedule import (

@@ -18,7 +18,7 @@ from agentserve.autoscale.served_fit import TERMS, served_latency_model
 from agentserve.drafters import default_dtype, shipped_drafter
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.engine.step_costs import profile_cache_path
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
 from agentserve.speculation.choice import drafter_fraction
 from agentserve.speculation.schedule import (

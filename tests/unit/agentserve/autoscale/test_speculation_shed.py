@@ -13,7 +13,7 @@ from agentserve.autoscale.policy_types import PolicySpec, Snapshot
 from agentserve.autoscale.ray_policy import policy_spec_from_json, policy_spec_to_json
 from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.spec import DeploymentSpec
-from agentserve.spec_defaults import with_default_drafters
+from agentserve.spec.defaults import with_default_drafters
 from agentserve.speculation.schedule import (
     latency_model_for,
     schedule_for,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from agentserve.cli import main
-from agentserve.model_sources import ModelNotFoundError
+from agentserve.sources.models import ModelNotFoundError
 
 from dflash.train.prompts import PromptSourceMissingError
 

@@ -10,7 +10,7 @@ import pytest
 from agentserve.cli.console import Console
 from agentserve.cli.status import Report, render, report_rows
 from agentserve.engine.protocol import EngineStats
-from agentserve.metrics_snapshot import Histogram, parse_metrics
+from agentserve.sdk.metrics_snapshot import Histogram, parse_metrics
 from agentserve.serve.metrics import ServingMetrics
 from agentserve.serve.status import status_dict
 

@@ -22,7 +22,7 @@ from agentserve.cli.status import (
     sla_rows,
     sla_state,
 )
-from agentserve.metrics_snapshot import parse_metrics
+from agentserve.sdk.metrics_snapshot import parse_metrics
 from agentserve.serve.metrics import ServingMetrics
 
 ROOT = Path(__file__).resolve().parents[4]

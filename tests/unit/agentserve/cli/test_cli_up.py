@@ -21,7 +21,7 @@ from agentserve.cli.up import (
 )
 from agentserve.serve.local import describe_progress, ray_num_cpus, readiness
 from agentserve.spec import DeploymentSpec, SpecError, spec_from_dict
-from agentserve.spec_defaults import with_default_drafters
+from agentserve.spec.defaults import with_default_drafters
 
 SHIPPED = Path("/drafters/smollm2-dflash")
 

