@@ -318,7 +318,7 @@ def router_config(model: ModelSpec) -> RequestRouterConfig | None:
     more than one replica; None: Serve's default (power of two choices)."""
     if not model.routing.affinity or model.replicas.max_replicas < 2:
         return None
-    kwargs = {"max_imbalance_requests": model.routing.max_imbalance_requests}
+    kwargs = {"max_imbalance_requests": model.routing.imbalance_bound(model.engine_slots)}
     return RequestRouterConfig(request_router_class=ROUTER_PATH, request_router_kwargs=kwargs)
 
 

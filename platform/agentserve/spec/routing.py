@@ -16,17 +16,27 @@ class RoutingSpec(_Spec):
         description="Keep a conversation on one replica, where its prefix is in the KV "
         "cache: requests with the same x-session-id header (without one: the same leading "
         "prompt, the messages up to the first user message) go to the replica that served "
-        "the last of them, unless its queue is max_imbalance_requests longer than the "
-        "shortest or it is gone; then to the least-loaded replica. false: Ray Serve's "
-        "power of two choices.",
+        "the last of them, unless its load is more than max_imbalance_requests over the "
+        "least-loaded replica's or it is gone; a conversation's first request and those "
+        "route as Ray Serve's default (power of two choices). false: always the default.",
     )
-    max_imbalance_requests: int = Field(
-        4,
+    max_imbalance_requests: int | None = Field(
+        None,
         ge=0,
         le=10_000,
         description="Affinity yields when the preferred replica has more than this many "
-        "requests (queued + running) over the least-loaded replica.",
+        "requests (queued + running) over the least-loaded replica. null: an eighth of a "
+        "replica's batch slots (max_num_seqs), at least 1: 1 for a CPU replica's 8 slots, "
+        "32 for a GPU replica's 256; a looser bound keeps more conversations on their "
+        "replica and lets an uneven first split of conversations persist.",
     )
+
+    def imbalance_bound(self, engine_slots: int) -> int:
+        """max_imbalance_requests, or the default for a replica of `engine_slots` slots."""
+        if self.max_imbalance_requests is not None:
+            return self.max_imbalance_requests
+        return max(1, engine_slots // 8)
+
     affinity_prefix_chars: int = Field(
         2048,
         ge=16,
