@@ -25,17 +25,17 @@ class RoutingSpec(_Spec):
         ge=0,
         le=10_000,
         description="Affinity yields when the preferred replica has more than this many "
-        "requests (queued + running) over the least-loaded replica. null: an eighth of a "
-        "replica's batch slots (max_num_seqs), at least 1: 1 for a CPU replica's 8 slots, "
-        "32 for a GPU replica's 256; a looser bound keeps more conversations on their "
-        "replica and lets an uneven first split of conversations persist.",
+        "requests (queued + running) over the least-loaded replica. null: a sixteenth of a "
+        "replica's batch slots (max_num_seqs): 0 for a CPU replica's 8 slots (the "
+        "conversation stays while its replica is among the least loaded, so an uneven "
+        "split evens out at the next turn), 16 for a GPU replica's 256.",
     )
 
     def imbalance_bound(self, engine_slots: int) -> int:
         """max_imbalance_requests, or the default for a replica of `engine_slots` slots."""
         if self.max_imbalance_requests is not None:
             return self.max_imbalance_requests
-        return max(1, engine_slots // 8)
+        return engine_slots // 16
 
     affinity_prefix_chars: int = Field(
         2048,

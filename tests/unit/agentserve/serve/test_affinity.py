@@ -38,6 +38,7 @@ def key(headers=None, ask=None, tenant="t", model="m", chars=2048):
         ("a", {"a": 4, "b": 0}, 4, "a", "home"),  # at the bound: stay
         ("a", {"a": 5, "b": 0}, 4, "b", "overloaded"),  # past it: least loaded
         ("a", {"a": 1, "b": 0}, 0, "b", "overloaded"),  # bound 0: always the least loaded
+        ("a", {"a": 1, "b": 1}, 0, "a", "home"),  # ... and a tie keeps the home
         ("a", {"b": 2, "c": 1}, 4, "c", "gone"),  # its replica died: least loaded
         (None, {"a": 2, "b": 1}, 4, "b", "new"),  # a new key: least loaded
         ("a", {"a": None, "b": 3}, 0, "a", "home"),  # unknown load counts as 0

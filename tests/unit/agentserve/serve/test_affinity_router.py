@@ -98,7 +98,7 @@ def test_deployment_options_name_the_router_only_with_affinity():
     assert "request_router_config" not in options({}, single)  # nothing to choose between
 
 
-def test_the_default_imbalance_bound_is_an_eighth_of_the_batch_slots():
+def test_the_default_imbalance_bound_is_a_sixteenth_of_the_batch_slots():
     def bound(model, gpus=0):
         replicas = {**TWO, "num_gpus": gpus}
         spec = DeploymentSpec.model_validate(
@@ -107,11 +107,11 @@ def test_the_default_imbalance_bound_is_an_eighth_of_the_batch_slots():
         config = deployment_options(spec.models[0], spec)["request_router_config"]
         return config.request_router_kwargs["max_imbalance_requests"]
 
-    assert bound({"max_num_seqs": 8}) == 1  # a CPU replica
-    assert bound({"max_num_seqs": 4}) == 1  # never 0: a tie would move every key
-    assert bound({}) == 1  # CPU replicas default to 8 slots
-    assert bound({}, gpus=1) == 256 // 8  # a GPU replica left at vLLM's default slots
-    assert bound({"max_num_seqs": 8, "routing": {"max_imbalance_requests": 0}}) == 0
+    assert bound({"max_num_seqs": 8}) == 0  # a CPU replica: stay only while least loaded
+    assert bound({"max_num_seqs": 64}) == 4
+    assert bound({}) == 0  # CPU replicas default to 8 slots
+    assert bound({}, gpus=1) == 256 // 16  # a GPU replica left at vLLM's default slots
+    assert bound({"max_num_seqs": 8, "routing": {"max_imbalance_requests": 3}}) == 3
 
 
 # -- the router, in Ray Serve's own routing loop -----------------------------------------
