@@ -59,18 +59,22 @@ READ_FILE_TOOL = {
 }
 
 
-def two_routing_spec(base: Any, replicas: int) -> tuple[Any, dict[str, str]]:
+def two_routing_spec(
+    base: Any, replicas: int, max_imbalance: int | None = None
+) -> tuple[Any, dict[str, str]]:
     """`base` (one model) with that model twice, `<name>-spread` (routing.affinity off)
-    and `<name>-affinity` (on), `replicas` replicas each; (spec, arm -> model name)."""
+    and `<name>-affinity` (on), `replicas` replicas each; `max_imbalance` sets
+    routing.max_imbalance_requests (None: the spec's default); (spec, arm -> model name)."""
     from agentserve.spec import spec_from_dict
 
     data = base.model_dump(mode="json", exclude_unset=True)
     model = base.models[0].model_dump(mode="json", exclude_unset=True)
     names = {arm: f"{base.models[0].name}-{arm}" for arm in ARMS}
     fleet = {"min_replicas": replicas, "max_replicas": replicas}
+    bound = {} if max_imbalance is None else {"max_imbalance_requests": max_imbalance}
     data["models"] = [
         {**model, "name": names[arm], "replicas": {**model.get("replicas", {}), **fleet},
-         "routing": {**model.get("routing", {}), "affinity": arm == "affinity"}}
+         "routing": {**model.get("routing", {}), **bound, "affinity": arm == "affinity"}}
         for arm in ARMS
     ]  # fmt: skip
     return spec_from_dict(data, source="(bench affinity)"), names
@@ -234,9 +238,10 @@ def run(args: argparse.Namespace) -> int:
     agents = agent_conversations(n, args.turns)
     single = workload_messages("coding", n)
     base = bench_spec("none", 0, args.port, n, None, engine=args.engine)
-    spec, names = two_routing_spec(base, args.replicas)
+    spec, names = two_routing_spec(base, args.replicas, args.max_imbalance)
     common = {"date": date.today().isoformat(), "machine": cpu.as_dict(), "engine": args.engine,
-              "replicas": args.replicas, "sessions": args.sessions}  # fmt: skip
+              "replicas": args.replicas, "sessions": args.sessions,
+              "max_imbalance_requests": args.max_imbalance}  # fmt: skip
     common["command"] = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     rows: list[dict[str, Any]] = []
     factory = _engine_factory(args.engine, "none")
@@ -280,6 +285,13 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--turns", type=int, default=6, help="per conversation (default: 6)")
     p.add_argument("--replicas", type=int, default=2, help="per model (default: 2)")
     p.add_argument("--rounds", type=int, default=3, help="(default: %(default)s)")
+    p.add_argument(
+        "--max-imbalance",
+        type=int,
+        default=None,
+        help="routing.max_imbalance_requests for the affinity model (default: the spec's, "
+        "a sixteenth of a replica's batch slots)",
+    )
     p.add_argument("--max-tokens", type=int, default=32, help="per turn (default: 32)")
     p.add_argument(
         "--no-sessions",
