@@ -72,8 +72,6 @@ __all__ = [
     "iomp_library",
     "normal_priority",
     "omp_bind",
-    "replica_cores",
-    "replica_slot",
     "schedule_off",
 ]
 
@@ -304,47 +302,14 @@ def normal_priority() -> int:
     return 0
 
 
-def replica_cores(cores: list[int], index: int, replicas: int) -> list[int]:
-    """The cores of replica `index` when `replicas` replicas of a model share a machine's
-    `cores` (pure): contiguous equal shares, one per replica up to one core each (more
-    replicas than cores share round-robin); all of them for a single replica. Two engines
-    each binding every core spin their OpenMP threads against each other, so a replica is
-    not independent capacity; with a share each it is."""
-    slots = min(max(replicas, 1), len(cores))
-    if slots <= 1:
-        return list(cores)
-    ordered = sorted(cores)
-    slot = index % slots
-    return ordered[slot * len(ordered) // slots : (slot + 1) * len(ordered) // slots]
-
-
-def replica_slot(max_replicas: int) -> tuple[int, int] | None:
-    """(this replica's rank on its node, the model's max_replicas) inside a Ray Serve
-    replica, else None."""
-    if max_replicas <= 1:
-        return None
-    try:
-        from ray import serve
-
-        rank = serve.get_replica_context().rank
-    except Exception:  # not in a Serve replica (embedded tests, benches): no share
-        return None
-    return getattr(rank, "local_rank", rank if isinstance(rank, int) else 0), max_replicas
-
-
-def apply_cpu_engine_settings(slot: tuple[int, int] | None = None) -> None:
+def apply_cpu_engine_settings() -> None:
     """Before a CPU engine starts in this process: its environment (unless set) and normal
-    priority for the engine processes it spawns; no-op with a GPU. `slot` (rank, replicas
-    of the model: `replica_slot`) binds the engine to its share of the cores
-    (`replica_cores`) rather than all of them."""
+    priority for the engine processes it spawns; no-op with a GPU."""
     import torch
 
     if torch.cuda.is_available():
         return
-    cores = _usable_cores()
-    if slot is not None:
-        cores = replica_cores(cores, *slot)
-    for key, value in engine_environment(cores=cores).items():
+    for key, value in engine_environment().items():
         os.environ[key] = value
     if os.environ.get("AGENTSERVE_CPU_RENICE", "1") != "0":
         normal_priority()

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentserve.engine.cpu_settings import apply_cpu_engine_settings, replica_slot
+from agentserve.engine.cpu_settings import apply_cpu_engine_settings
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
     Delta,
@@ -124,7 +124,7 @@ class VLLMEngine:
         from vllm.entrypoints.launchers.cli_args import FrontendArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        apply_cpu_engine_settings(replica_slot(self.spec.replicas.max_replicas))
+        apply_cpu_engine_settings()
         ensure_fixes_enabled()
         # off the event loop: a first start may download a model and its drafter for hours
         model_dir = self._model_dir or await asyncio.to_thread(

@@ -12,8 +12,6 @@ from agentserve.engine.cpu_settings import (
     fitted_settings,
     iomp_library,
     omp_bind,
-    replica_cores,
-    replica_slot,
 )
 from profile_fakes import drop_profile, set_profile
 
@@ -173,23 +171,3 @@ def test_fits_read_the_default_settings_with_the_schedule_on_or_off():
     assert not fitted_settings("all-gomp", "avx512_bf16")  # another bundle: a comparison
     assert not fitted_settings(default + "/float32", "avx512_bf16")  # a dtype variant
 
-
-@pytest.mark.parametrize(
-    ("cores", "index", "replicas", "share"),
-    [
-        ([0, 1], 0, 1, [0, 1]),  # one replica: every core
-        ([0, 1], 0, 2, [0]),
-        ([0, 1], 1, 2, [1]),
-        ([0, 1], 2, 4, [0]),  # more replicas than cores: round-robin
-        ([3, 1, 2, 0], 1, 2, [2, 3]),  # contiguous halves of the sorted cores
-        ([0, 1, 2], 1, 2, [1, 2]),
-        ([5], 3, 8, [5]),
-    ],
-)
-def test_replica_cores_gives_each_replica_its_share(cores, index, replicas, share):
-    assert replica_cores(cores, index, replicas) == share
-
-
-def test_replica_slot_is_none_outside_a_serve_replica_or_for_one_replica():
-    assert replica_slot(1) is None
-    assert replica_slot(2) is None  # no Serve replica context in a unit test
