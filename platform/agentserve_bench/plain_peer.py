@@ -86,12 +86,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"machine: {cpu.describe()}", flush=True)
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
-    conversations = {"coding": workload_messages("coding", args.num_prompts)}
+    conversations = {("coding", "both"): workload_messages("coding", args.num_prompts)}
     spec = bench_spec("none", 0, free_port(), 1, None)
     settings = default_settings(cpu.cpu_class)
     measure = argparse.Namespace(engine="vllm", start_timeout_s=args.start_timeout_s,
                                  max_tokens=args.max_tokens, concurrency=args.concurrency,
-                                 metrics_settle_s=0.0)  # fmt: skip
+                                 metrics_settle_s=0.0, temperatures=[0.0])  # fmt: skip
     common = {"date": date.today().isoformat(), "machine": cpu.as_dict(), "engine": "vllm"}
     common["command"] = "agentserve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     rows: list[dict[str, Any]] = []

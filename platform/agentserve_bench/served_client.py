@@ -139,9 +139,10 @@ async def run_workload(
     concurrency: int,
     max_tokens: int,
     timeout_s: float = 600.0,
+    temperature: float = 0.0,
 ) -> tuple[list[Reply], float]:
-    """Every conversation once, `concurrency` at a time; (replies in conversation order,
-    wall seconds)."""
+    """Every conversation once, `concurrency` at a time, sampled at `temperature`;
+    (replies in conversation order, wall seconds)."""
     import httpx
 
     limits = httpx.Limits(max_connections=concurrency + 2)
@@ -153,7 +154,9 @@ async def run_workload(
 
         async def worker() -> None:
             while (i := next(counter)) < len(conversations):
-                replies[i] = await stream_chat(client, model, conversations[i], max_tokens)
+                replies[i] = await stream_chat(
+                    client, model, conversations[i], max_tokens, temperature
+                )
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))

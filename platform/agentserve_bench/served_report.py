@@ -38,9 +38,9 @@ def _cpu(r: dict[str, Any]) -> str:
 
 def markdown_table(records: list[dict[str, Any]]) -> str:
     head = (
-        "| CPU | server | settings | dtype | method | k | workload | half | c | decode tok/s "
+        "| CPU | server | settings | dtype | method | k | workload | half | T | c | decode tok/s "
         "| vs plain | throughput vs plain | TTFT p50 ms | tau | greedy = plain | default |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in records:
@@ -49,7 +49,8 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
             f"| {_cpu(r)} | {r['server']} | {r.get('settings', DEFAULT_SETTINGS)} | {r['dtype']} "
             f"| {r['method']} "
             f"| {r['num_speculative_tokens']} | {r['workload']} | {r.get('half', '-')} "
-            f"| {r['concurrency']} | {_fmt(r['decode_tokens_per_s'], 1)} "
+            f"| {r.get('temperature', 0.0):g} | {r['concurrency']} "
+            f"| {_fmt(r['decode_tokens_per_s'], 1)} "
             f"| {_fmt(speedup)}{'x' if speedup else ''} | {_fmt(r.get('throughput_vs_plain'))} "
             f"| {_fmt(r['ttft_ms_p50'], 0)} | {_fmt(r['tau'])} | {r.get('greedy_identical', '-')} "
             f"| {'**yes**' if r.get('default') else ''} |"
@@ -69,21 +70,24 @@ def _ratio_line(records: list[dict[str, Any]], title: str, pairs: list[tuple[str
     concurrency, at the settings `agentserve up` applies on that kind of CPU; "" when no pair
     meets."""
     figure = {
-        (_cpu(r), f"{r['server']}/{r['method']}", r["workload"], r.get("half"), r["concurrency"]): (
-            _figure(r)
-        )
+        (_cpu(r), f"{r['server']}/{r['method']}", _where(r), r["concurrency"]): _figure(r)
         for r in records
         if r.get("settings", DEFAULT_SETTINGS) == machine_default_settings(r)
     }
     parts = []
-    for (cpu, name, workload, half, c), ours in sorted(figure.items(), key=str):
+    for (cpu, name, where, c), ours in sorted(figure.items(), key=str):
         for numerator, denominator in pairs:
-            theirs = figure.get((cpu, denominator, workload, half, c))
+            theirs = figure.get((cpu, denominator, where, c))
             if name == numerator and ours and theirs:
                 label = numerator.split("/")[1] + " " if len(pairs) > 1 else ""
-                where = f"{workload}/{half}" if half else workload
                 parts.append(f"{cpu} {label}{where} c={c}: {ours / theirs:.2f}x")
     return f"{title}: " + ", ".join(parts) if parts else ""
+
+
+def _where(r: dict[str, Any]) -> str:
+    """A row's workload as ratio lines name it: workload[/half][ T=t] (t when sampled)."""
+    where = f"{r['workload']}/{r['half']}" if r.get("half") else r["workload"]
+    return where + (f" T={r['temperature']:g}" if r.get("temperature") else "")
 
 
 def _peer_line(records: list[dict[str, Any]]) -> str:
@@ -169,7 +173,7 @@ def write_served(
         "Every row is streamed through the HTTP API (greedy, held-out conversations, "
         "decode tok/s = mean over requests of output tokens after the first / time from first "
         "to last chunk). Ratios are to the same server's plain decoding at the same workload "
-        "and concurrency, in this run.\n\n"
+        "and concurrency and temperature (T), in this run.\n\n"
         f"{markdown_table(records)}\n"
         f"{_peer_line(records)}\n\n"
         f"{_spec_peer_line(records)}\n\n"

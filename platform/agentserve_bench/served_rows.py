@@ -52,6 +52,7 @@ def row(
     schedule: list[list[int]] | None = None,
     half: str | None = None,
     speculative_config: dict[str, Any] | None = None,
+    temperature: float = 0.0,
 ) -> dict[str, Any]:
     """One served record (speedup and identity are filled by `fill_ratios`); `drafter`: the
     DFlash drafter's digest (agentserve.drafters.drafter_digest) on dflash and hybrid rows;
@@ -59,7 +60,9 @@ def row(
     `num_speculative_tokens_per_batch_size`; None: k at every batch); `half`: the workload
     half measured (heldout_workloads.half_of: "tune" rows may decide defaults, "report" rows
     never do); `speculative_config`: the engine's speculative_config as the server got it
-    (so a peer row says what it ran)."""
+    (so a peer row says what it ran); `temperature`: the requests' sampling temperature
+    (rows at T > 0 are compared with plain decoding at the same temperature and never
+    decide the default)."""
     drafts = counters.get("drafts", 0.0)
     accepted = counters.get("accepted_tokens", 0.0)
     drafted = counters.get("draft_tokens", 0.0)
@@ -71,7 +74,7 @@ def row(
         "num_speculative_tokens": k,
         "workload": workload,
         "concurrency": concurrency,
-        "temperature": 0.0,
+        "temperature": temperature,
         "dtype": dtype,
         **figures,
         # tokens per verify step that carried a draft (1 + accepted / drafts)
@@ -142,9 +145,10 @@ def fill_ratios(
             extra["throughput_vs_plain"] = _ratio(
                 r["throughput_tokens_per_s"], base["throughput_tokens_per_s"]
             )
-            ours, plain_replies = _replies(r), _replies(base)
-            same = sum(a == b for a, b in zip(ours, plain_replies, strict=False))
-            extra["greedy_identical"] = f"{same}/{len(plain_replies)}"
+            if not r.get("temperature"):  # sampled replies differ by design
+                ours, plain_replies = _replies(r), _replies(base)
+                same = sum(a == b for a, b in zip(ours, plain_replies, strict=False))
+                extra["greedy_identical"] = f"{same}/{len(plain_replies)}"
         want = default_method or "none"
         at_k = default_k is None or r.get("num_speculative_tokens") == default_k
         extra["default"] = deciding(r) and r["method"] == want and at_k
@@ -166,6 +170,7 @@ def _cell(r: dict[str, Any]) -> tuple:
         r["workload"],
         r["concurrency"],
         r.get("half"),
+        r.get("temperature", 0.0),
     )
 
 
@@ -178,9 +183,9 @@ def deciding(r: dict[str, Any]) -> bool:
     """A record the default is decided from: agentserve, served, the default settings of
     its kind of CPU (rows without a label predate the labels: DEFAULT_SETTINGS), never a
     row of the reporting half (rows without a half predate the split and still decide until
-    the tuning half is measured on their kind of CPU)."""
+    the tuning half is measured on their kind of CPU), never a row sampled at T > 0."""
     served = r.get("path") == "served" and r.get("server") == "agentserve"
-    if r.get("half") == "report":
+    if r.get("half") == "report" or r.get("temperature"):
         return False
     return served and r.get("settings", DEFAULT_SETTINGS) == machine_default_settings(r)
 

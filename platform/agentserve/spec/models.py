@@ -57,7 +57,7 @@ SPEC_OWNED_ENGINE_ARGS = {
 CPU_ENGINE_DEFAULTS: dict[str, Any] = {
     "dtype": "bfloat16",
     "max_model_len": 2048,
-    "max_num_seqs": 8,
+    "max_num_seqs": 16,
 }
 """What a model on CPU replicas (replicas.num_gpus 0) gets where its spec leaves the field
 null: the settings the CPU benchmarks were measured with (docs/benchmarks.md)."""

@@ -26,9 +26,9 @@ class RoutingSpec(_Spec):
         le=10_000,
         description="Affinity yields when the preferred replica has more than this many "
         "requests (queued + running) over the least-loaded replica. null: a sixteenth of a "
-        "replica's batch slots (max_num_seqs): 0 for a CPU replica's 8 slots (the "
-        "conversation stays while its replica is among the least loaded, so an uneven "
-        "split evens out at the next turn), 16 for a GPU replica's 256.",
+        "replica's batch slots (max_num_seqs): 1 for a CPU replica's 16 slots (the "
+        "conversation stays while its replica is at most one request over the least "
+        "loaded, so an uneven split evens out at the next turn), 16 for a GPU replica's 256.",
     )
 
     def imbalance_bound(self, engine_slots: int) -> int:

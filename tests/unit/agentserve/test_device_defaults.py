@@ -39,9 +39,9 @@ def _gpu(source: str = "Qwen/Qwen3-8B", **fields) -> dict:
 
 def test_cpu_replicas_keep_the_measured_values_left_unset():
     model = ModelSpec()
-    assert (model.dtype, model.max_model_len, model.max_num_seqs) == ("bfloat16", 2048, 8)
+    assert (model.dtype, model.max_model_len, model.max_num_seqs) == ("bfloat16", 2048, 16)
     assert not {"dtype", "max_model_len", "max_num_seqs"} & model.model_fields_set
-    assert model.engine_slots == 8
+    assert model.engine_slots == 16
 
 
 def test_gpu_replicas_leave_them_to_the_model_and_vllm():
@@ -149,7 +149,7 @@ def test_gpu_engine_args(tmp_path, fields, want):
 
 
 def test_cpu_engine_args_are_the_specs():
-    assert batch_kwargs(ModelSpec()) == {"max_model_len": 2048, "max_num_seqs": 8}
+    assert batch_kwargs(ModelSpec()) == {"max_model_len": 2048, "max_num_seqs": 16}
 
 
 def test_a_drafter_that_needs_remote_code_gets_it():

@@ -131,7 +131,7 @@ def test_the_records_carry_ray_serve_llm_and_what_it_ran_with(tmp_path, monkeypa
         rayllm_runner=rayllm_runner,
         rayllm_check=lambda: None,
     )
-    assert code == 0 and started == [(8, str(tmp_path), False)]  # max(8, 1, 2)
+    assert code == 0 and started == [(16, str(tmp_path), False)]  # max(16, 1, 2)
     report = json.loads((tmp_path / "benchmarks" / "platform_overhead_no_drafter.json").read_text())
     assert list(report["systems"]) == ["ray_serve_llm", "agentserve"]
     assert report["reference"] == "ray_serve_llm" and report["skipped"] is None

@@ -376,3 +376,34 @@ def test_the_report_compares_each_method_with_vllm_running_the_same_config(tmp_p
     doc = (tmp_path / "benchmarks.md").read_text()
     line = next(x for x in doc.splitlines() if x.startswith("Speculation: agentserve vs vLLM"))
     assert "avx2 agent c=1: 1.25x" in line and line.count("x,") == 3
+
+
+def test_sampled_rows_pair_with_plain_at_their_temperature_and_never_decide(tmp_path):
+    def at(r, t):
+        return {**r, "temperature": t}
+
+    rows = _grid({"ngram": _all(1.5)})
+    rows += [at(_row("none", w, c, 10.0), 0.7) for w in ("coding", "agent") for c in (1, 4)]
+    rows += [
+        at(_row("dflash", w, c, 40.0, texts=("q", "r")), 0.7)
+        for w in ("coding", "agent")
+        for c in (1, 4)
+    ]
+    out = fill_ratios(rows, None)
+    sampled = [r for r in out if r["method"] == "dflash"]
+    assert {r["speedup_vs_plain"] for r in sampled} == {4.0}  # vs plain at T=0.7, not T=0
+    assert all("greedy_identical" not in r for r in sampled)  # sampled replies differ
+    default, scores = served_default(out)
+    assert default == "ngram" and "dflash" not in scores
+    write_served(out, scores, default, tmp_path, command="x", wall_s=1.0, machine=MACHINE)
+    doc = (tmp_path / "benchmarks.md").read_text()
+    assert "| 0.7 | 1 |" in doc and "| 0 | 1 |" in doc  # the T column
+
+
+def test_the_served_bench_takes_temperatures():
+    from agentserve.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "speculative-served", "--temperatures", "0,0.7"])
+    assert args.temperatures == [0.0, 0.7]
+    default = build_parser().parse_args(["bench", "speculative-served"])
+    assert default.temperatures == [0.0]

@@ -51,6 +51,9 @@ def test_run_measures_both_servers_each_round_and_writes_the_rows(tmp_path, monk
 
     def measure(server, method, k, spec, args, conversations, machine, settings, logs):
         calls.append(server)
+        # _measure's contract: conversations keyed (workload, half), greedy requests
+        assert [key for key in conversations] == [("coding", "both")]
+        assert args.temperatures == [0.0]
         rate = 50.0 if server == "vllm_serve" else 44.0
         return [{"concurrency": c, "decode_tokens_per_s": rate, "throughput_tokens_per_s": rate,
                  "ttft_ms_p50": 90.0} for c in args.concurrency]  # fmt: skip

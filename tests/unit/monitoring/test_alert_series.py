@@ -78,14 +78,14 @@ def exported() -> dict[str, dict[tuple, float]]:
 def test_model_limits_come_from_the_spec():
     assert model_limits(_spec()) == {
         "m": ModelLimits(capacity=4 * 3 + 8, min_replicas=1, acceptance_floor=1.5),
-        "plain": ModelLimits(capacity=8 * 1 + 8, min_replicas=1, acceptance_floor=None),
+        "plain": ModelLimits(capacity=16 * 1 + 8, min_replicas=1, acceptance_floor=None),
     }
 
 
 def test_ingress_exports_the_limits_the_alerts_compare_with(exported):
     assert exported["agentserve_requests_capacity"] == {
         (("model", "m"),): 20.0,
-        (("model", "plain"),): 16.0,
+        (("model", "plain"),): 24.0,
     }
     assert exported["agentserve_replicas_min"] == {(("model", "m"),): 1, (("model", "plain"),): 1}
     # only the model that speculates has a floor

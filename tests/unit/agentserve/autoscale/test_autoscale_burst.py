@@ -57,7 +57,13 @@ def test_detector_table(knobs, now, long, recent, state, rate, since):
 
 SLAS = {"chat": Sla(1000.0, 60.0)}
 MODEL = PolicySpec(
-    min_replicas=1, max_replicas=16, slas=SLAS, model=LatencyModel(), max_drafted=7, burst=K
+    min_replicas=1,
+    max_replicas=16,
+    slas=SLAS,
+    model=LatencyModel(),
+    max_drafted=7,
+    burst=K,
+    max_num_seqs=8,
 )
 CALM = {"chat": TenantLatency(500.0, 30.0, 50)}
 

@@ -21,7 +21,7 @@ from agentserve.autoscale.policy import (
 from agentserve.spec import DeploymentSpec, hash_api_key
 
 SLAS = {"chat": Sla(1000.0, 50.0), "batch": Sla(10_000.0, 200.0)}
-BASE = PolicySpec(min_replicas=1, max_replicas=8, slas=SLAS)  # reactive only (no model)
+BASE = PolicySpec(min_replicas=1, max_replicas=8, slas=SLAS, max_num_seqs=8)  # reactive only (no model)
 MODEL = replace(BASE, model=LatencyModel(), max_drafted=7)
 ZERO = replace(BASE, min_replicas=0, scale_to_zero_idle_s=300.0)
 

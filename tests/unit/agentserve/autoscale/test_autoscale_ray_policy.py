@@ -26,7 +26,7 @@ from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
 SPEC = DeploymentSpec.model_validate(
     {
-        "models": [{"replicas": {"min_replicas": 1, "max_replicas": 6}}],
+        "models": [{"replicas": {"min_replicas": 1, "max_replicas": 6}, "max_num_seqs": 8}],
         "tenants": [
             {
                 "name": "chat",

@@ -29,6 +29,7 @@ SPEC = PolicySpec(
     model=LatencyModel(),
     max_drafted=7,
     burst=K,
+    max_num_seqs=8,
 )
 CALM = {"chat": TenantLatency(500.0, 30.0, 50)}
 

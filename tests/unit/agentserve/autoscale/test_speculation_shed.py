@@ -24,10 +24,10 @@ from agentserve_bench.autoscale.simulate import SimConfig, simulate
 from agentserve_bench.autoscale.trace import Call, Session, Trace, TraceConfig
 from profile_fakes import set_profile
 
-# n-gram's schedule (8 seqs, k 7) from the CPU step model and n-gram's acceptance and draft
+# n-gram's schedule (16 seqs, k 7) from the CPU step model and n-gram's acceptance and draft
 # rate measured through the server (speculation.schedule.method_acceptance, method_draft_rate);
 # follows the committed figures
-CPU_SCHEDULE = [[1, 1, 7], [2, 2, 5], [3, 4, 3], [5, 6, 2], [7, 8, 1]]
+CPU_SCHEDULE = [[1, 1, 7], [2, 2, 5], [3, 4, 3], [5, 6, 2], [7, 9, 1], [10, 16, 0]]
 
 
 @pytest.fixture(autouse=True)
@@ -144,7 +144,7 @@ def test_policy_plans_with_what_the_replica_drafts():
     fixed = PolicySpec.from_deployment(
         _spec(speculation_schedule="off"), latency_model=LatencyModel()
     )
-    assert fixed.schedule == ((1, 8, 7),)
+    assert fixed.schedule == ((1, 16, 7),)
     snap = Snapshot(now_s=0.0, ready_replicas=1, arrival_rate_rps=3.0, mean_output_tokens=200.0)
     # drafting 7 at every batch leaves less capacity per replica: the floor plans more
     assert capacity_floor(snap, fixed) > capacity_floor(snap, spec)

@@ -45,7 +45,7 @@ def test_up_model_dir_serves_it_on_cpu_with_cpu_defaults(model_dir, machine):
     (model,) = spec.models
     assert (model.name, model.source) == ("my-model", str(model_dir))
     assert model.replicas.num_gpus == 0
-    assert (model.dtype, model.max_model_len, model.max_num_seqs) == ("bfloat16", 2048, 8)
+    assert (model.dtype, model.max_model_len, model.max_num_seqs) == ("bfloat16", 2048, 16)
     assert not model.drafter.enabled  # no CPU figures for this model: plain decoding
 
 

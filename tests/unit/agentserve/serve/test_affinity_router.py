@@ -109,7 +109,7 @@ def test_the_default_imbalance_bound_is_a_sixteenth_of_the_batch_slots():
 
     assert bound({"max_num_seqs": 8}) == 0  # a CPU replica: stay only while least loaded
     assert bound({"max_num_seqs": 64}) == 4
-    assert bound({}) == 0  # CPU replicas default to 8 slots
+    assert bound({}) == 1  # CPU replicas default to 16 slots
     assert bound({}, gpus=1) == 256 // 16  # a GPU replica left at vLLM's default slots
     assert bound({"max_num_seqs": 8, "routing": {"max_imbalance_requests": 3}}) == 3
 

@@ -93,7 +93,7 @@ def test_ingress_takes_all_the_models_can_hold_and_drains_as_long():
         }
     )
     options = ingress_options(spec)
-    assert options["max_ongoing_requests"] == (4 * 3 + 10) + (8 + 10) + INGRESS_SPARE_REQUESTS
+    assert options["max_ongoing_requests"] == (4 * 3 + 10) + (16 + 10) + INGRESS_SPARE_REQUESTS
     assert options["graceful_shutdown_timeout_s"] == 300
     assert options["num_replicas"] == 1  # unset: one (the operator asks for 2)
 
