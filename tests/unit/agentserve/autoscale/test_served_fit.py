@@ -137,4 +137,4 @@ def test_the_default_deployments_projected_tpot_is_what_the_server_measured(monk
         assert k > 0
         assert plan.tpot_ms(c, k) == pytest.approx(served, rel=0.15), (c, k)
         if c == 1:  # one stream: half its steps found no match; taking all as drafting
-            assert every_step.tpot_ms(c, k) < 0.85 * served  # ... projected it 23% short
+            assert every_step.tpot_ms(c, k) < 0.9 * served  # ... projected it 13% short

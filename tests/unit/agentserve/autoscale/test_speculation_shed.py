@@ -27,7 +27,7 @@ from profile_fakes import set_profile
 # n-gram's schedule (16 seqs, k 7) from the CPU step model and n-gram's acceptance and draft
 # rate measured through the server (speculation.schedule.method_acceptance, method_draft_rate);
 # follows the committed figures
-CPU_SCHEDULE = [[1, 1, 7], [2, 2, 5], [3, 4, 3], [5, 6, 2], [7, 9, 1], [10, 16, 0]]
+CPU_SCHEDULE = [[1, 1, 7], [2, 2, 6], [3, 4, 4], [5, 7, 3], [8, 14, 2], [15, 16, 1]]
 
 
 @pytest.fixture(autouse=True)
