@@ -10,9 +10,9 @@ alike); prefill and acceptance from `base`. Beyond 4 x 8 rows the fit extrapolat
 
 `calibrated_latency_model(model, base, machine)` picks, in order: the step costs measured
 through the server for its kind of CPU (the profile's served_fit); None where the
-whole-engine fit holds (model.CPU_MEASUREMENTS_MACHINE); this machine's cached calibration;
-else the step terms recorded in its kind's profile. No model is invented for a GPU without
-a measured profile.
+whole-engine fit holds (a profile with `engine_steps`: model.whole_engine_measurements);
+this machine's cached calibration; else the step terms recorded in its kind's profile. No
+model is invented for a GPU without a measured profile.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any
 
 from agentserve import profiles
 from agentserve.autoscale.model import (
-    CPU_MEASUREMENTS_MACHINE,
     LatencyModel,
     Measurement,
     fit,
+    whole_engine_measurements,
 )
 from agentserve.autoscale.served_fit import served_latency_model
 from agentserve.drafters import BUNDLED_DRAFTER_DIR
@@ -177,7 +177,7 @@ def calibrated_latency_model(
     served = served_latency_model(machine, dtype, base, draft)
     if served is not None:
         return served
-    if machine == CPU_MEASUREMENTS_MACHINE:
+    if whole_engine_measurements(machine):
         return None
     profile = None if cpu is None else _cached_profile(cpu)
     if profile is not None and dtype in profile["dtypes"]:
