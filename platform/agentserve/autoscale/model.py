@@ -161,12 +161,6 @@ class LatencyModel:
         per step. At max_num_seqs this is the replica's capacity when saturated."""
         return 1000.0 * batch / self.tpot_ms(batch, drafted)
 
-    def service_ms(self, batch: int, drafted: int, prompt_tokens: float, output_tokens: float):
-        """Mean time a request spends in a replica: prefill plus its output tokens."""
-        return self.prefill_ms(prompt_tokens) + max(1.0, output_tokens) * self.tpot_ms(
-            batch, drafted
-        )
-
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
