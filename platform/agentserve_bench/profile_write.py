@@ -60,8 +60,8 @@ def write_served_profiles(
     kind's rows. Each section's source is the command and latest date of its rows."""
     from agentserve.profiles import POOLED
     from agentserve.sources.models import BUNDLED_MODEL
-    from agentserve.speculation.schedule import acceptance_from_served, draft_rate_from_served
 
+    from agentserve_bench.served_fits import acceptance_from_served, draft_rate_from_served
     from agentserve_bench.served_rows import by_machine, deciding, served_default
 
     written = []

@@ -39,7 +39,6 @@ __all__ = [
     "calibrated_latency_model",
     "latency_model_from_profile",
     "measured_step_factor",
-    "served_step_factor",
     "step_terms",
 ]
 
@@ -48,7 +47,7 @@ StepTerms = tuple[float, float, float]  # (base_ms, knee_tokens, per_token_ms) o
 
 def measured_step_factor() -> float:
     """A served plain decode step at concurrency 1 over the profile's GEMM decode step at
-    batch 1, the largest over the kinds of CPU with both (`served_step_factor` over
+    batch 1, the largest over the kinds of CPU with both (agentserve_bench/served_fits.py over
     docs/benchmarks/calibration.json and speculative.json): the pooled profile's; 1.0 (the
     GEMMs alone) where unmeasured."""
     factors = profiles.section(profiles.POOLED, "served_factor")
@@ -99,33 +98,6 @@ def latency_model_from_profile(
     acceptance; `step_factor` (default measured_step_factor()) scales the GEMM step."""
     factor = measured_step_factor() if step_factor is None else step_factor
     return _from_terms(step_terms(profile, dtype), method, base or LatencyModel(), factor)
-
-
-def served_step_factor(
-    profiles: list[Mapping[str, Any]], records: list[Mapping[str, Any]]
-) -> float:
-    """max over served agentserve plain rows at concurrency 1 (with a profile of the same kind
-    of machine and dtype, under the engine settings `agentserve up` applies there: what the
-    capacity model plans for) of the row's step (1000 / decode tok/s) / the profile's decode
-    step at batch 1; at least 1 (the GEMMs are part of the step), 1 without any pair."""
-    from agentserve.engine.cpu_settings import default_settings
-
-    by_class = {p["machine"]["cpu_class"]: p for p in profiles}
-    factor = 1.0
-    for r in records:
-        cpu_class = (r.get("machine") or {}).get("cpu_class")
-        profile = by_class.get(cpu_class)
-        if r.get("path") != "served" or r.get("server") != "agentserve" or profile is None:
-            continue
-        if r.get("settings", default_settings(cpu_class)) != default_settings(cpu_class):
-            continue
-        if r.get("method") != "none" or r.get("concurrency") != 1:
-            continue
-        if not r.get("decode_tokens_per_s") or r.get("dtype") not in profile["dtypes"]:
-            continue
-        decode = float(profile["dtypes"][r["dtype"]]["step_ms"]["1"]["1"])
-        factor = max(factor, 1000.0 / float(r["decode_tokens_per_s"]) / decode)
-    return round(factor, 3)
 
 
 def _served_dtype(model: ModelSpec) -> str:

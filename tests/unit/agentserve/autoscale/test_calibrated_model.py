@@ -16,7 +16,6 @@ from agentserve.autoscale import calibrated_model
 from agentserve.autoscale.calibrated_model import (
     latency_model_from_profile,
     measured_step_factor,
-    served_step_factor,
     step_terms,
 )
 from agentserve.autoscale.model import WHOLE_ENGINE_MACHINE, LatencyModel, drafted_for
@@ -35,6 +34,7 @@ from agentserve.speculation.schedule import (
     schedule_for,
     with_default_schedules,
 )
+from agentserve_bench.served_fits import served_step_factor
 from profile_fakes import set_profile
 
 try:  # the deployment options Ray Serve gets (ray.serve is already imported by other tests)

@@ -27,12 +27,11 @@ from agentserve.speculation.choice import (
     choose,
     choose_served,
     drafter_fraction,
-    factor_rows,
     measured_served_factors,
     predicted_speedup,
-    served_factors,
 )
 from agentserve.speculation.schedule import method_acceptance
+from agentserve_bench.served_fits import factor_rows, served_factors
 
 BENCH = Path(__file__).resolve().parents[4] / "docs" / "benchmarks"
 DRAFTING = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0
