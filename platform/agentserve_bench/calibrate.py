@@ -86,12 +86,13 @@ def _write_profiles(docs: Path, rows: list[dict[str, Any]]) -> None:
     """Each measured kind's `step_terms` and the pooled served factors into the profiles
     (the served factors pair these profiles with the served rows of speculative.json)."""
     from agentserve.autoscale.calibrated_model import step_terms
-    from agentserve.drafters import BUNDLED_DRAFTER_DIR, rows_of_shipped_drafter
+    from agentserve.drafters import BUNDLED_DRAFTER_DIR
     from agentserve.profiles import POOLED
     from agentserve.speculation.choice import LOADED_BATCH, drafter_fraction
 
     from agentserve_bench.profile_write import profile_dir, write_profile_section
     from agentserve_bench.served_fits import served_factors, served_step_factor
+    from agentserve_bench.served_rows import rows_of_shipped_drafter
 
     directory = profile_dir(docs)
     if directory is None:

@@ -21,7 +21,6 @@ from agentserve.autoscale.calibrated_model import (
 from agentserve.autoscale.model import WHOLE_ENGINE_MACHINE, LatencyModel, drafted_for
 from agentserve.autoscale.policy_types import PolicySpec
 from agentserve.autoscale.ray_policy import policy_spec_from_json
-from agentserve.drafters import rows_of_shipped_drafter
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.engine.step_costs import profile_cache_path
 from agentserve.sources.models import BUNDLED_MODEL
@@ -35,6 +34,7 @@ from agentserve.speculation.schedule import (
     with_default_schedules,
 )
 from agentserve_bench.served_fits import served_step_factor
+from agentserve_bench.served_rows import rows_of_shipped_drafter
 from profile_fakes import set_profile
 
 try:  # the deployment options Ray Serve gets (ray.serve is already imported by other tests)

@@ -111,9 +111,9 @@ def test_the_benches_writers_give_the_shipped_profiles_from_the_committed_rows(t
     """Re-deriving every section a bench decides from the rows the profiles cite gives the
     shipped values: the profiles follow their own rows (a new run that changes a choice
     rewrites its profile)."""
-    from agentserve.drafters import rows_of_shipped_drafter
     from agentserve_bench import calibrate
     from agentserve_bench.profile_write import write_served_profiles
+    from agentserve_bench.served_rows import rows_of_shipped_drafter
 
     docs, directory = tmp_path / "docs", tmp_path / "platform" / "agentserve" / "profiles"
     directory.mkdir(parents=True)
