@@ -13,8 +13,9 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from agentserve.autoscale.model import alpha_from_tau, drafted_for
-from agentserve.engine.cpu_settings import default_settings, fitted_settings, schedule_off
 from agentserve.speculation.choice import ks_timed, predicted_speedup
+
+from agentserve_bench.settings_bundles import default_settings, fitted_settings, schedule_off
 
 __all__ = [
     "acceptance_from_served",
@@ -49,7 +50,7 @@ def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]
     and the highest concurrency measured (0 when that is 1 or acceptance does not fall).
 
     Which rows say what k they drafted (`_drafted_k`): a row measured with the schedule
-    off (cpu_settings.SCHEDULE_OFF) drafted its k at every batch; a row under a schedule it
+    off (settings_bundles.SCHEDULE_OFF) drafted its k at every batch; a row under a schedule it
     recorded drafted, at concurrency 1, the schedule's k for batch 1, and at a higher
     concurrency a mix of batch sizes (no single k); a row from before rows recorded their
     schedule says nothing sure. Where a method has rows that say, only those count: a
@@ -113,7 +114,7 @@ def served_factors(
 ) -> dict[str, float]:
     """{method: min over the `factor_rows` at `concurrency` (served agentserve rows under the
     engine settings `agentserve up` applies on the row's kind of CPU, the speculation
-    schedule on or off: cpu_settings.fitted_settings) of measured speedup / speedup
+    schedule on or off: settings_bundles.fitted_settings) of measured speedup / speedup
     predicted from the profile of the same kind of machine at that batch, with the row's
     own tau and the method's `draft_fraction` (as `choose` predicts it: the drafting is in
     the prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.drafters import shipped_drafter
-from agentserve.engine.cpu_settings import DEFAULT_SETTINGS, default_settings
 from agentserve.sources.models import BUNDLED_MODEL
+
+from agentserve_bench.settings_bundles import DEFAULT_SETTINGS, default_settings
 
 __all__ = [
     "LEGACY_DRAFTER_DIGEST",

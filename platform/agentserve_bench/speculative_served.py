@@ -28,12 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentserve.engine.cpu_info import read_cpu_info
-from agentserve.engine.cpu_settings import (
-    SCHEDULE_OFF,
-    SETTINGS,
-    default_settings,
-    engine_environment,
-)
+from agentserve.engine.cpu_settings import engine_environment
 from agentserve.engine.vllm_args import speculative_config
 from agentserve.spec import DeploymentSpec
 
@@ -60,6 +55,7 @@ from agentserve_bench.served_rows import (
     rows_of_shipped_drafter,
     served_default,
 )
+from agentserve_bench.settings_bundles import SCHEDULE_OFF, SETTINGS, default_settings
 
 __all__ = ["add_parser", "bench_spec", "parse_methods", "run", "run_order"]
 
@@ -423,7 +419,7 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         type=lambda t: [x for x in t.split(",") if x],
         default=None,
         help="comma list of named CPU engine settings to compare, each running every method "
-        f"(agentserve.engine.cpu_settings.SETTINGS: {', '.join(SETTINGS)}); the default method "
+        f"(agentserve_bench.settings_bundles.SETTINGS: {', '.join(SETTINGS)}); the default method "
         "is chosen from the rows of the settings agentserve up applies on this kind of CPU "
         "(default: those settings, here "
         f"{default_settings()!r})",

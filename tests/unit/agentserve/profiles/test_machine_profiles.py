@@ -158,8 +158,8 @@ def test_a_run_comparing_settings_bundles_writes_the_fastest_as_the_engine_secti
 def test_each_engine_section_is_a_named_settings_bundle(path):
     """The engine section maps back to the bundle `default_settings` names, so the served
     rows labelled with it are the ones that chose it."""
-    from agentserve.engine.cpu_settings import SETTINGS, default_settings
     from agentserve_bench.profile_write import engine_values
+    from agentserve_bench.settings_bundles import SETTINGS, default_settings
 
     engine = load_profile(path).value("engine")
     if engine is not None:
