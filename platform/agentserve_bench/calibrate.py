@@ -3,7 +3,7 @@ embedded default makes from it, into docs/benchmarks/calibration.json and benchm
 
 The profile is what `agentserve up` measures at a first start on a kind of CPU without
 served figures (engine/step_costs.py); recording it here lets the decision logic be tested
-against real profiles of each kind of machine, and lets speculation.choice.served_factors
+against real profiles of each kind of machine, and lets served_fits.served_factors
 compare the prediction with the served benchmark where both exist.
 
 Each kind of CPU is recorded on a machine of that kind: the GEMMs are vLLM's own CPU
@@ -85,12 +85,14 @@ def run(args: argparse.Namespace) -> int:
 def _write_profiles(docs: Path, rows: list[dict[str, Any]]) -> None:
     """Each measured kind's `step_terms` and the pooled served factors into the profiles
     (the served factors pair these profiles with the served rows of speculative.json)."""
-    from agentserve.autoscale.calibrated_model import served_step_factor, step_terms
-    from agentserve.drafters import BUNDLED_DRAFTER_DIR, rows_of_shipped_drafter
+    from agentserve.autoscale.calibrated_model import step_terms
+    from agentserve.drafters import BUNDLED_DRAFTER_DIR
     from agentserve.profiles import POOLED
-    from agentserve.speculation.choice import LOADED_BATCH, drafter_fraction, served_factors
+    from agentserve.speculation.choice import LOADED_BATCH, drafter_fraction
 
     from agentserve_bench.profile_write import profile_dir, write_profile_section
+    from agentserve_bench.served_fits import served_factors, served_step_factor
+    from agentserve_bench.served_rows import rows_of_shipped_drafter
 
     directory = profile_dir(docs)
     if directory is None:

@@ -75,11 +75,11 @@ def section(records: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from agentserve.engine.cpu_info import read_cpu_info
-    from agentserve.engine.cpu_settings import default_settings
 
     from agentserve_bench.overhead_phases import free_port
     from agentserve_bench.report import write_machine_rows
     from agentserve_bench.served_client import workload_messages
+    from agentserve_bench.settings_bundles import default_settings
     from agentserve_bench.speculative_served import _measure, bench_spec
 
     cpu = read_cpu_info()

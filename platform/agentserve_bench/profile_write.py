@@ -60,8 +60,8 @@ def write_served_profiles(
     kind's rows. Each section's source is the command and latest date of its rows."""
     from agentserve.profiles import POOLED
     from agentserve.sources.models import BUNDLED_MODEL
-    from agentserve.speculation.schedule import acceptance_from_served, draft_rate_from_served
 
+    from agentserve_bench.served_fits import acceptance_from_served, draft_rate_from_served
     from agentserve_bench.served_rows import by_machine, deciding, served_default
 
     written = []
@@ -96,8 +96,8 @@ def _from_rows(machine, section, values, rows, directory) -> Path:
 
 
 def engine_values(settings: str) -> dict[str, Any]:
-    """The profile's `engine` values of a named settings bundle (cpu_settings.SETTINGS)."""
-    from agentserve.engine.cpu_settings import SETTINGS
+    """The profile's `engine` values of a named settings bundle (settings_bundles.SETTINGS)."""
+    from agentserve_bench.settings_bundles import SETTINGS
 
     bundle = SETTINGS[settings]
     return {
@@ -114,9 +114,8 @@ def write_engine_profile(
     bundles: the bundle serving the shortest reply (served_rows.settings_scores) as the
     kind's `engine` section; None (nothing written) where the run compared fewer, or its
     best is a variant (another dtype, the schedule off) rather than a named bundle."""
-    from agentserve.engine.cpu_settings import SETTINGS
-
     from agentserve_bench.served_rows import settings_scores
+    from agentserve_bench.settings_bundles import SETTINGS
 
     scores = settings_scores(records)
     timed = {name: s for name, s in scores.items() if s.get("reply_s") is not None}

@@ -23,10 +23,10 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
-from agentserve.engine.vllm_args import shutdown_offline, spec_decode_counters
+from agentserve.engine.vllm_args import spec_decode_counters
 from agentserve.speculation.hybrid_drafter import STATS_INTERVAL_S, proposer_rows, with_stats_path
 
-from agentserve_bench.speculative import llm_speculation, proposer_delta
+from agentserve_bench.speculative import llm_speculation, proposer_delta, shutdown_offline
 from dflash.train.responses import cpu_engine_env
 
 __all__ = [

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agentserve.engine.cpu_settings import SETTINGS, default_settings
-
 from agentserve_bench.arg_types import floats, ints
 from agentserve_bench.heldout_workloads import HALVES
+from agentserve_bench.settings_bundles import SETTINGS, default_settings
 
 __all__ = ["add_arguments", "halves"]
 
@@ -68,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=lambda t: [x for x in t.split(",") if x],
         default=None,
         help="comma list of named CPU engine settings to compare, each running every method "
-        f"(agentserve.engine.cpu_settings.SETTINGS: {', '.join(SETTINGS)}); the default method "
+        f"(agentserve_bench.settings_bundles.SETTINGS: {', '.join(SETTINGS)}); the default method "
         "is chosen from the rows of the settings agentserve up applies on this kind of CPU "
         "(default: those settings, here "
         f"{default_settings()!r})",

@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentserve.engine.cpu_settings import DEFAULT_SETTINGS
-
 from agentserve_bench.report import replace_section, write_json
 from agentserve_bench.served_rows import by_machine, machine_default_settings, served_default
+from agentserve_bench.settings_bundles import DEFAULT_SETTINGS
 
 __all__ = ["SECTION", "markdown_table", "write_served"]
 

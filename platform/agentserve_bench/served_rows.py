@@ -7,22 +7,30 @@ API in one run of `agentserve bench speculative-served`; see `row` for the field
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from agentserve.engine.cpu_settings import DEFAULT_SETTINGS, default_settings
+from agentserve.drafters import shipped_drafter
+from agentserve.sources.models import BUNDLED_MODEL
+
+from agentserve_bench.settings_bundles import DEFAULT_SETTINGS, default_settings
 
 __all__ = [
+    "LEGACY_DRAFTER_DIGEST",
     "MIN_C1_SPEEDUP",
     "MIN_LOADED_SPEEDUP",
     "by_machine",
     "by_proposer",
     "deciding",
+    "drafter_digest",
     "fill_ratios",
     "hybrid_steps",
     "method_scores",
     "row",
+    "rows_of_shipped_drafter",
     "served_default",
 ]
 
@@ -55,7 +63,7 @@ def row(
     temperature: float = 0.0,
 ) -> dict[str, Any]:
     """One served record (speedup and identity are filled by `fill_ratios`); `drafter`: the
-    DFlash drafter's digest (agentserve.drafters.drafter_digest) on dflash and hybrid rows;
+    DFlash drafter's digest (drafter_digest) on dflash and hybrid rows;
     `schedule`: the per-batch drafted tokens the server ran with ([[start, end, k]], as
     `num_speculative_tokens_per_batch_size`; None: k at every batch); `half`: the workload
     half measured (heldout_workloads.half_of: "tune" rows may decide defaults, "report" rows
@@ -269,3 +277,37 @@ def settings_scores(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, An
             "command": rows[0].get("command"),
         }
     return out
+
+
+def drafter_digest(directory: Path) -> str:
+    """Which drafter this is: the first 12 hex digits of a sha256 over its weight files (in
+    name order). Figures measured with a drafter carry it, so the fits that read them take
+    only the rows of the drafter shipped now, not those of one it replaced."""
+    digest = hashlib.sha256()
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no weight files (*.safetensors) in {directory}")
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+LEGACY_DRAFTER_DIGEST = "1d6d62245b23"
+"""The drafter every served dflash/hybrid row without a digest was measured with: digests
+were first recorded after it (its rows date from 2026-11-25 to 2026-11-27)."""
+
+
+def rows_of_shipped_drafter(records: list[dict], digest: str | None = None) -> list[dict]:
+    """`records` without the dflash and hybrid rows measured with another drafter than
+    `digest` (default: the bundled model's shipped drafter): what the fits and the default
+    read, so a new drafter's figures replace, never mix with, its predecessor's."""
+    if digest is None:
+        shipped = shipped_drafter(BUNDLED_MODEL)
+        digest = drafter_digest(shipped) if shipped is not None else ""
+    return [
+        r
+        for r in records
+        if r.get("method") not in ("dflash", "hybrid")
+        or r.get("drafter", LEGACY_DRAFTER_DIGEST) == digest
+    ]

@@ -17,12 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
-from agentserve.engine.vllm_args import (
-    hybrid_config,
-    shutdown_offline,
-    spec_decode_counters,
-    speculative_config,
-)
+from agentserve.engine.vllm_args import hybrid_config, spec_decode_counters, speculative_config
 from agentserve.spec import DeploymentSpec
 from agentserve.speculation.hybrid_drafter import CONFIG_KEY as HYBRID_CONFIG_KEY
 from agentserve.speculation.hybrid_drafter import (
@@ -41,6 +36,7 @@ __all__ = [
     "llm_speculation",
     "method_speculative_config",
     "reference_runs",
+    "shutdown_offline",
     "vllm_runs",
 ]
 
@@ -323,3 +319,15 @@ def reference_runs(
                     }
                 )
     return cells
+
+
+def shutdown_offline(llm: Any) -> None:
+    """Stop an offline vllm.LLM's engine-core process now.
+
+    Without this, a process that created an LLM can hang at exit: multiprocessing joins
+    the non-daemon engine-core child, which is still waiting for work.
+    """
+    engine = getattr(llm, "llm_engine", None)
+    core = getattr(engine, "engine_core", None)
+    if core is not None:
+        core.shutdown()

@@ -27,14 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentserve.drafters import rows_of_shipped_drafter
 from agentserve.engine.cpu_info import read_cpu_info
-from agentserve.engine.cpu_settings import (
-    SCHEDULE_OFF,
-    SETTINGS,
-    default_settings,
-    engine_environment,
-)
+from agentserve.engine.cpu_settings import engine_environment
 from agentserve.engine.vllm_args import speculative_config
 from agentserve.spec import DeploymentSpec
 
@@ -50,7 +44,15 @@ from agentserve_bench.served_client import (
     workload_messages,
 )
 from agentserve_bench.served_report import write_served
-from agentserve_bench.served_rows import by_machine, fill_ratios, row, served_default
+from agentserve_bench.served_rows import (
+    by_machine,
+    drafter_digest,
+    fill_ratios,
+    row,
+    rows_of_shipped_drafter,
+    served_default,
+)
+from agentserve_bench.settings_bundles import SCHEDULE_OFF, SETTINGS, default_settings
 
 __all__ = ["add_parser", "bench_spec", "parse_methods", "run", "run_order"]
 
@@ -214,7 +216,7 @@ def _measure(
 
 def _drafter_digest(model) -> str | None:
     """The digest of the DFlash drafter a dflash or hybrid row is measured with."""
-    from agentserve.drafters import drafter_digest, shipped_drafter
+    from agentserve.drafters import shipped_drafter
 
     drafter = model.drafter
     if not drafter.enabled or drafter.method not in ("dflash", "hybrid"):

@@ -1,6 +1,9 @@
 """Admission: whether the ingress takes a request, and when it sends it on. Ray-free.
 
 What each module decides:
+  admit.py            the ingress's parse-and-admit stage (Admit): the body validated, its
+                      places taken, and the undo that gives them back
+  adapter_names.py    which model and LoRA adapter a request's `model` names (404)
   shares.py           may the model hold one more request: capacity (503), each tenant's
                       fair share of the queue (429), the tokens a request reserves; the
                       admitted request's bookkeeping (AdmittedCall)

@@ -60,7 +60,7 @@ class AdmittedCall(DeltaTracker):
     start: float
     lease: Lease
     count: int = 1  # places it holds in the model's queue: its choices (n)
-    adapter: str | None = None  # the LoRA adapter the request named (serve/adapter_names.py)
+    adapter: str | None = None  # the LoRA adapter the request named (admission/adapter_names.py)
 
 
 class QueueShares:

@@ -23,13 +23,7 @@ from agentserve.api.errors import (
     RequestTooLargeError,
 )
 
-__all__ = ["decode_json", "read_body", "read_json_body"]
-
-
-async def read_json_body(request: Request, max_bytes: int) -> object:
-    """The decoded JSON body; RequestTooLargeError (413) or InvalidRequestError (400)."""
-    raw = await _read_bounded(request, max_bytes)
-    return decode_json(raw)
+__all__ = ["decode_json", "read_body"]
 
 
 async def read_body(request: Request, max_bytes: int, timeout_s: float | None = None) -> bytes:

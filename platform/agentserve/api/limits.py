@@ -75,7 +75,6 @@ STRUCTURED_TEXTS = (
     ("regex", MAX_REGEX_CHARS),
     ("whitespace_pattern", MAX_REGEX_CHARS),
 )
-STRUCTURED_CONSTRAINTS = ("json", "regex", "choice", "grammar", "structural_tag")
 
 
 def _too_many(param: str, count: int, limit: int, what: str) -> InvalidRequestError:

@@ -10,9 +10,9 @@ alike); prefill and acceptance from `base`. Beyond 4 x 8 rows the fit extrapolat
 
 `calibrated_latency_model(model, base, machine)` picks, in order: the step costs measured
 through the server for its kind of CPU (the profile's served_fit); None where the
-whole-engine fit holds (model.CPU_MEASUREMENTS_MACHINE); this machine's cached calibration;
-else the step terms recorded in its kind's profile. No model is invented for a GPU without
-a measured profile.
+whole-engine fit holds (a profile with `engine_steps`: model.whole_engine_measurements);
+this machine's cached calibration; else the step terms recorded in its kind's profile. No
+model is invented for a GPU without a measured profile.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any
 
 from agentserve import profiles
 from agentserve.autoscale.model import (
-    CPU_MEASUREMENTS_MACHINE,
     LatencyModel,
     Measurement,
     fit,
+    whole_engine_measurements,
 )
 from agentserve.autoscale.served_fit import served_latency_model
 from agentserve.drafters import BUNDLED_DRAFTER_DIR
@@ -39,7 +39,6 @@ __all__ = [
     "calibrated_latency_model",
     "latency_model_from_profile",
     "measured_step_factor",
-    "served_step_factor",
     "step_terms",
 ]
 
@@ -48,7 +47,7 @@ StepTerms = tuple[float, float, float]  # (base_ms, knee_tokens, per_token_ms) o
 
 def measured_step_factor() -> float:
     """A served plain decode step at concurrency 1 over the profile's GEMM decode step at
-    batch 1, the largest over the kinds of CPU with both (`served_step_factor` over
+    batch 1, the largest over the kinds of CPU with both (agentserve_bench/served_fits.py over
     docs/benchmarks/calibration.json and speculative.json): the pooled profile's; 1.0 (the
     GEMMs alone) where unmeasured."""
     factors = profiles.section(profiles.POOLED, "served_factor")
@@ -101,33 +100,6 @@ def latency_model_from_profile(
     return _from_terms(step_terms(profile, dtype), method, base or LatencyModel(), factor)
 
 
-def served_step_factor(
-    profiles: list[Mapping[str, Any]], records: list[Mapping[str, Any]]
-) -> float:
-    """max over served agentserve plain rows at concurrency 1 (with a profile of the same kind
-    of machine and dtype, under the engine settings `agentserve up` applies there: what the
-    capacity model plans for) of the row's step (1000 / decode tok/s) / the profile's decode
-    step at batch 1; at least 1 (the GEMMs are part of the step), 1 without any pair."""
-    from agentserve.engine.cpu_settings import default_settings
-
-    by_class = {p["machine"]["cpu_class"]: p for p in profiles}
-    factor = 1.0
-    for r in records:
-        cpu_class = (r.get("machine") or {}).get("cpu_class")
-        profile = by_class.get(cpu_class)
-        if r.get("path") != "served" or r.get("server") != "agentserve" or profile is None:
-            continue
-        if r.get("settings", default_settings(cpu_class)) != default_settings(cpu_class):
-            continue
-        if r.get("method") != "none" or r.get("concurrency") != 1:
-            continue
-        if not r.get("decode_tokens_per_s") or r.get("dtype") not in profile["dtypes"]:
-            continue
-        decode = float(profile["dtypes"][r["dtype"]]["step_ms"]["1"]["1"])
-        factor = max(factor, 1000.0 / float(r["decode_tokens_per_s"]) / decode)
-    return round(factor, 3)
-
-
 def _served_dtype(model: ModelSpec) -> str:
     # "auto" serves the bundled model in its config's dtype: bfloat16
     return "bfloat16" if model.dtype == "auto" else model.dtype
@@ -177,7 +149,7 @@ def calibrated_latency_model(
     served = served_latency_model(machine, dtype, base, draft)
     if served is not None:
         return served
-    if machine == CPU_MEASUREMENTS_MACHINE:
+    if whole_engine_measurements(machine):
         return None
     profile = None if cpu is None else _cached_profile(cpu)
     if profile is not None and dtype in profile["dtypes"]:

@@ -16,24 +16,28 @@ and tau are then the means over drafting and plain steps.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
+from agentserve import profiles
+
 __all__ = [
-    "CPU_MEASUREMENTS",
-    "CPU_MEASUREMENTS_MACHINE",
+    "WHOLE_ENGINE_MACHINE",
     "LatencyModel",
     "Measurement",
     "alpha_from_tau",
+    "default_step_terms",
     "drafted_for",
     "fit",
     "geometric_tau",
     "speculation_schedule",
+    "whole_engine_measurements",
 ]
 
 SpeculationSchedule = list[tuple[int, int, int]]
@@ -58,22 +62,9 @@ class Measurement:
     tau: float | None = None
 
 
-# Measured on this 2-core CPU through vLLM (bundled model). Throughputs are converted to step
-# time: 31 tok/s at batch 1 -> 32.3 ms; 132 tok/s at batch 4 -> 4/132 s = 30.3 ms; DFlash
-# with 3/7/15 drafted tokens at batch 1: 34/42/58 ms; 7 drafted at batch 4 with an untrained
-# drafter: 42 tok/s, ~1 token per sequence per step -> 4/42 s = 95.2 ms. No tau here: an
-# untrained drafter says nothing about acceptance (the acceptance defaults are assumptions).
-CPU_MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement(1, 0, 32.3, 1.0),
-    Measurement(4, 0, 30.3, 1.0),
-    Measurement(1, 3, 34.0),
-    Measurement(1, 7, 42.0),
-    Measurement(1, 15, 58.0),
-    Measurement(4, 7, 95.2),
-)
-# the kind of CPU (engine/cpu_info.py cpu_class) CPU_MEASUREMENTS were taken on: there the
-# whole-engine fit wins over a model derived from GEMM step costs (calibrated_model.py)
-CPU_MEASUREMENTS_MACHINE = "amx"
+# the kind of machine (engine/cpu_info.py cpu_class) whose profile holds the whole-engine step
+# rows (`engine_steps`) LatencyModel's step defaults are fitted from
+WHOLE_ENGINE_MACHINE = "amx"
 # the batch a speculative step's loaded factor is measured at (speculation.choice.LOADED_BATCH)
 LOADED_FACTOR_BATCH = 4
 
@@ -82,16 +73,17 @@ LOADED_FACTOR_BATCH = 4
 class LatencyModel:
     """Step time and acceptance of one replica; all times in milliseconds.
 
-    Step defaults = fit(CPU_MEASUREMENTS). Prefill and acceptance defaults are assumptions
+    Step defaults = the step fit of the whole-engine rows in WHOLE_ENGINE_MACHINE's profile
+    (`default_step_terms`). Prefill and acceptance defaults are assumptions
     until measured: 1 ms per prompt token; alpha 0.7 at batch 1 (tau 3.2 with 7 drafted),
     falling 0.05 per doubling of the batch. `speculative_step_factor`: what a speculative
     step costs beyond its roofline (drafting, rejection sampling), 1.0 for a whole-engine fit.
     `draft_rate`: the share of steps that draft at all (alpha is per drafted token of those).
     """
 
-    base_ms: float = 32.231
-    knee_tokens: float = 4.0
-    per_token_ms: float = 2.2367
+    base_ms: float = field(default_factory=lambda: default_step_terms()[0])
+    knee_tokens: float = field(default_factory=lambda: default_step_terms()[1])
+    per_token_ms: float = field(default_factory=lambda: default_step_terms()[2])
     prefill_ms_per_token: float = 1.0
     alpha_1: float = 0.7
     alpha_drop_per_doubling: float = 0.05
@@ -168,12 +160,6 @@ class LatencyModel:
         """Decode throughput of one replica running `batch` sequences: batch x tau tokens
         per step. At max_num_seqs this is the replica's capacity when saturated."""
         return 1000.0 * batch / self.tpot_ms(batch, drafted)
-
-    def service_ms(self, batch: int, drafted: int, prompt_tokens: float, output_tokens: float):
-        """Mean time a request spends in a replica: prefill plus its output tokens."""
-        return self.prefill_ms(prompt_tokens) + max(1.0, output_tokens) * self.tpot_ms(
-            batch, drafted
-        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -268,6 +254,25 @@ def _fit_step(records: Sequence[Measurement]) -> tuple[float, float, float]:
             best = (sse, float(base), float(knee), float(slope))
     assert best is not None
     return best[1], best[2], best[3]
+
+
+def whole_engine_measurements(machine: str = WHOLE_ENGINE_MACHINE) -> tuple[Measurement, ...]:
+    """The whole-engine steps measured on `machine` (its profile's `engine_steps`); empty
+    where none were."""
+    rows = profiles.section(machine, "engine_steps") or ()
+    return tuple(Measurement(r.batch, r.drafted, r.step_ms, r.tau) for r in rows)
+
+
+@functools.cache
+def default_step_terms() -> tuple[float, float, float]:
+    """LatencyModel's step defaults (base_ms, knee_tokens, per_token_ms): the step fit of
+    `whole_engine_measurements()`, rounded as `fit` rounds. ValueError where the profile
+    has fewer than two distinct token counts."""
+    records = whole_engine_measurements()
+    if len({r.batch * (1 + r.drafted) for r in records}) < 2:
+        raise ValueError(f"profile {WHOLE_ENGINE_MACHINE!r} has no usable engine_steps rows")
+    base_ms, knee, per_token = _fit_step(records)
+    return round(base_ms, 3), knee, round(per_token, 4)
 
 
 def _fit_acceptance(records: Sequence[Measurement]) -> tuple[float, float] | None:

@@ -19,11 +19,9 @@ __all__ = [
     "default_speculation",
     "default_speculation_reason",
     "default_speculation_tokens",
-    "drafter_digest",
     "has_served_speculation",
     "machine_class",
     "mask_token_id_for",
-    "rows_of_shipped_drafter",
     "shipped_drafter",
 ]
 
@@ -44,42 +42,6 @@ def shipped_drafter(model: str) -> Path | None:
     name = _SHIPPED.get(_canonical(model))
     path = DRAFTER_ROOT / name if name else None
     return path if path is not None and (path / "config.json").is_file() else None
-
-
-def drafter_digest(directory: Path) -> str:
-    """Which drafter this is: the first 12 hex digits of a sha256 over its weight files (in
-    name order). Figures measured with a drafter carry it, so the fits that read them take
-    only the rows of the drafter shipped now, not those of one it replaced."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    files = sorted(Path(directory).glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no weight files (*.safetensors) in {directory}")
-    for path in files:
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-LEGACY_DRAFTER_DIGEST = "1d6d62245b23"
-"""The drafter every served dflash/hybrid row without a digest was measured with: digests
-were first recorded after it (its rows date from 2026-11-25 to 2026-11-27)."""
-
-
-def rows_of_shipped_drafter(records: list[dict], digest: str | None = None) -> list[dict]:
-    """`records` without the dflash and hybrid rows measured with another drafter than
-    `digest` (default: the bundled model's shipped drafter): what the fits and the default
-    read, so a new drafter's figures replace, never mix with, its predecessor's."""
-    if digest is None:
-        shipped = shipped_drafter(BUNDLED_MODEL)
-        digest = drafter_digest(shipped) if shipped is not None else ""
-    return [
-        r
-        for r in records
-        if r.get("method") not in ("dflash", "hybrid")
-        or r.get("drafter", LEGACY_DRAFTER_DIGEST) == digest
-    ]
 
 
 def machine_class() -> str:

@@ -32,7 +32,6 @@ __all__ = [
     "exports_vllm_metrics",
     "frontend_kwargs",
     "hybrid_config",
-    "shutdown_offline",
     "spec_decode_counters",
     "speculative_config",
 ]
@@ -357,18 +356,6 @@ def spec_decode_counters(metrics: list[Any]) -> dict[str, Any]:
                 [a + b for a, b in zip(prev, values, strict=True)] if prev else values
             )
     return out
-
-
-def shutdown_offline(llm: Any) -> None:
-    """Stop an offline vllm.LLM's engine-core process now.
-
-    Without this, a process that created an LLM can hang at exit: multiprocessing joins
-    the non-daemon engine-core child, which is still waiting for work.
-    """
-    engine = getattr(llm, "llm_engine", None)
-    core = getattr(engine, "engine_core", None)
-    if core is not None:
-        core.shutdown()
 
 
 def exports_vllm_metrics(environ: Mapping[str, str] | None = None) -> bool:

@@ -82,6 +82,15 @@ class Acceptance(_Strict):
     drop_per_doubling: float = Field(description="acceptance lost per doubling of the batch")
 
 
+class EngineStep(_Strict):
+    batch: int = Field(description="sequences in the step")
+    drafted: int = Field(description="tokens drafted per sequence (0: plain decoding)")
+    step_ms: float = Field(description="wall time of one whole engine step")
+    tau: float | None = Field(
+        default=None, description="tokens emitted per sequence per step; None: not measured"
+    )
+
+
 class ServedFactors(_Strict):
     batch_1: dict[str, float] = Field(description="{method: served / predicted} at c=1")
     loaded: dict[str, float] = Field(description="the same at concurrency 4")
@@ -122,6 +131,9 @@ class MachineProfile(_Strict):
     )
     draft_rate: _section(dict[str, float]) | None = Field(  # type: ignore[valid-type]
         default=None, description="{method: share of steps drafting} (pooled)"
+    )
+    engine_steps: _section(list[EngineStep]) | None = Field(  # type: ignore[valid-type]
+        default=None, description="whole-engine steps (LatencyModel's step defaults' rows)"
     )
     served_factor: _section(ServedFactors) | None = Field(  # type: ignore[valid-type]
         default=None, description="served over predicted speedups (pooled)"

@@ -7,7 +7,7 @@ times (an embedding is idempotent).
 
 Errors: 401 bad key, 413 body too large, 400 bad body (api/embeddings.py), 404 unknown
 model, 400 model_not_embedding for a model that generates (a chat or completion request
-to an embedding model gets model_not_generative from stages.Admit), 429/503 as for
+to an embedding model gets model_not_generative from admission/admit.py), 429/503 as for
 completions.
 """
 
@@ -19,6 +19,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from opentelemetry.trace import Tracer
 
+from agentserve.admission.admit import Admit
 from agentserve.admission.shares import prompt_tokens
 from agentserve.api.auth import Tenant, TenantResolver
 from agentserve.api.body import decode_json, read_body
@@ -32,7 +33,7 @@ from agentserve.api.errors import ModelNotFoundError
 from agentserve.engine.protocol import Delta, Embeddings, EmbedRequest, EngineDeadError
 from agentserve.serve import spans
 from agentserve.serve.engine_request import engine_headers
-from agentserve.serve.stages import Admit, Close, Dispatch, Held, held_for_cold_start
+from agentserve.serve.stages import Close, Dispatch, Held, held_for_cold_start
 from agentserve.spec import DeploymentSpec
 
 __all__ = ["EmbeddingsPath"]

@@ -21,7 +21,7 @@ from agentserve.serve.health import HealthCache
 from agentserve.serve.metrics import CONTENT_TYPE, ServingMetrics, model_limits, sla_objectives
 
 if TYPE_CHECKING:
-    from agentserve.serve.adapter_names import ModelNames
+    from agentserve.admission.adapter_names import ModelNames
     from agentserve.serve.stages import Backends
     from agentserve.spec import DeploymentSpec, TenantSpec
 

@@ -9,7 +9,7 @@ The request path (docs/architecture.md), a stage each, composed in `_Ingress._pa
                   of a tenant's requests read or parse at once (serve/unadmitted)
                                                                              408/413/429
   3. parse        validated off the event loop; a body with schemas or over 64 KiB after
-  4. admit        its admission (stages.Admit; admission/): model queue and fair share,
+  4. admit        its admission (admission/admit.py Admit): model queue and fair share,
                   tenant limits, tokens reserved                             400/404/429/503
   5. dispatch     poison and buffer checks, a slot toward the replicas (earliest deadline
                   first), the engine stream (migrating, n merged), its first delta, held
@@ -44,11 +44,12 @@ from agentserve.serve.edge import edge_app
 from agentserve.serve.embeddings import EmbeddingsPath
 from agentserve.serve.endpoints import Endpoints, serving_metrics
 from agentserve.serve.reply import Reply
-from agentserve.serve.stages import Admit, Backends, Close, Dispatch, Held, Quota
+from agentserve.serve.stages import Backends, Held, request_stages
 from agentserve.serve.stream_guard import GuardedStream
 from agentserve.serve.unadmitted import Unadmitted
 
 if TYPE_CHECKING:
+    from agentserve.admission.admit import Quota
     from agentserve.engine.protocol import RequestKind
     from agentserve.serve.held_board import HeldStore
     from agentserve.spec import DeploymentSpec, TenantSpec
@@ -73,9 +74,9 @@ class _Ingress:
         self.tracer = tracer
         self.tenants = TenantResolver(spec, tenants)
         metrics, capacity = serving_metrics(spec, self.backends, tenants)
-        self.admit_stage = Admit(spec, capacity, metrics, clock, quota)
-        self.dispatch_stage = Dispatch(spec, self.backends, self.admit_stage, clock, board)
-        self.close_stage = Close(self.admit_stage)
+        self.admit_stage, self.dispatch_stage, self.close_stage = request_stages(
+            spec, self.backends, capacity, metrics, clock, quota, board
+        )
         self.embeddings = EmbeddingsPath(  # /v1/embeddings on the same stages
             spec, self.admit_stage, self.dispatch_stage, self.close_stage, tracer
         )

@@ -33,7 +33,7 @@ log = logging.getLogger("agentserve.serve.ingress")
 
 class Reply:
     """The answer to one request whose first delta has come (`held.stream` has the rest);
-    `see(delta)` counts each delta for admission (serve/stages.Admit.see)."""
+    `see(delta)` counts each delta for admission (admission/admit.py Admit.see)."""
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ each with one job and one undo; serve/ingress.py composes them, in this order:
   Held      what one request holds (span, admission, engine stream, status) and, in one
             AsyncExitStack, the undo of each stage taken; the close stage runs it, once
   Admit     3. parse and 4. admit: the body validated, places taken in the model's queue
-            and the tenant's limits (admission/); undo: give them back
+            and the tenant's limits (admission/admit.py); undo: give them back
   Dispatch  5. dispatch: poison and buffer checks, the engine request, a slot toward the
             replicas (earliest deadline first), the engine stream opened (migrating, n
             choices merged, capped) and its first delta; undo: close the stream, free the
@@ -23,21 +23,18 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi import Request
 from opentelemetry.trace import Span, Tracer
 
-from agentserve.admission.admit_first import parse_and_admit
-from agentserve.admission.parsing import RequestParser
+from agentserve.admission.admit import Admit, Quota
 from agentserve.admission.priority import Dispatcher
 from agentserve.admission.response_budget import buffer_cap, capped
-from agentserve.admission.shared_limits import LocalQuota, SharedQuota
-from agentserve.admission.shares import AdmittedCall, QueueShares, ingress_replicas
+from agentserve.admission.shares import AdmittedCall, ingress_replicas
 from agentserve.api.ask import Ask
 from agentserve.api.auth import Tenant
 from agentserve.api.cache_salt import CacheSalter, salt_key
-from agentserve.api.embeddings import generate_only
 from agentserve.api.errors import APIError, OverloadedError
 from agentserve.api.responses import ResponsesRequest
 from agentserve.engine.protocol import (
@@ -45,11 +42,9 @@ from agentserve.engine.protocol import (
     EngineRequest,
     EngineRequestError,
     EngineUnavailableError,
-    RequestKind,
     aclose_stream,
 )
 from agentserve.serve import spans
-from agentserve.serve.adapter_names import ModelNames
 from agentserve.serve.affinity import AFFINITY_HEADER, affinity_key, affinity_prefix_chars
 from agentserve.serve.backend import ModelBackend
 from agentserve.serve.engine_request import engine_headers, engine_request
@@ -60,14 +55,13 @@ from agentserve.serve.migrate import migrating
 from agentserve.serve.poison import POISON_DEATHS, PoisonList
 from agentserve.spec import DeploymentSpec
 
-__all__ = ["CLIENT_CLOSED", "Admit", "Backends", "Close", "Dispatch", "Held", "Quota"]
-__all__ += ["held_for_cold_start", "status_of"]
+__all__ = ["CLIENT_CLOSED", "Backends", "Close", "Dispatch", "Held", "held_for_cold_start"]
+__all__ += ["request_stages", "status_of"]
 
 T = TypeVar("T")
 
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request"
 COLD_START_RETRY_AFTER_S = 10.0
-Quota = LocalQuota | SharedQuota  # admission/shared_limits.py
 Backends = Mapping[str, ModelBackend]  # model name -> its backend (serve/backend.py)
 
 
@@ -87,7 +81,7 @@ class Held:
     runs them in reverse order, once (AsyncExitStack.aclose empties the stack)."""
 
     span: Span
-    call: AdmittedCall | None = None  # Admit: places in the queue, a lease
+    call: AdmittedCall | None = None  # admission/admit.py Admit: places in the queue, a lease
     stream: AsyncIterator[Delta] | None = None  # Dispatch: the engine stream
     status: int | None = None
     undo: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
@@ -113,88 +107,19 @@ class Held:
             responses.rename(err)
 
 
-class Admit:
-    """3. parse and 4. admit. Parse off the event loop (admission/parsing.py), in the order
-    admission/admit_first.py picks; admit into the model's queue (admission/shares.py: 404,
-    503 full, 429 past the tenant's fair share) and the tenant's limits (admission/quota.py,
-    reserving tokens: 429)."""
-
-    def __init__(
-        self,
-        spec: DeploymentSpec,
-        models: Mapping[str, int],  # served model -> its capacity
-        metrics: ServingMetrics,
-        clock: Callable[[], float],
-        quota: Quota | None = None,
-    ):
-        self.max_model_len = {m.name: m.max_model_len for m in spec.models}
-        self.embedders = frozenset(m.name for m in spec.models if m.task == "embed")
-        self.parser = RequestParser(self.max_model_len)
-        self.names = ModelNames(spec.models)  # adapters: serve/adapter_names.py
-        self.shares = QueueShares(models, spec.server.max_queue_len)
-        self.quota = quota or LocalQuota(clock)
-        self.metrics, self.clock = metrics, clock
-
-    async def __call__(
-        self,
-        kind: RequestKind,
-        raw: bytes,
-        tenant: Tenant,
-        responses: ResponsesRequest | None,
-        held: Held,
-    ) -> Ask:
-        """The validated request's Ask (api/ask.py); its admission is on `held` as soon as
-        it is taken, so a body admitted before its check and then refused is given back by
-        the close."""
-        adapter: list[str | None] = [None]  # what `translate` read from the model
-
-        def translate(data: Any) -> Any:
-            data = responses.translate(data) if responses is not None else data
-            data, adapter[0] = self.names.rewrite(data)  # model:adapter -> model (404)
-            return data
-
-        async def admit(model: str, tenant: Tenant, reserve: int, count: int) -> AdmittedCall:
-            generate_only(model, self.embedders)  # 400 for an embedding model
-            call = await self.take(held, model, tenant, reserve, count)
-            call.adapter = adapter[0]
-            return call
-
-        return await parse_and_admit(self.parser, admit, kind, raw, translate, tenant)
-
-    async def take(
-        self, held: Held, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
-    ) -> AdmittedCall:
-        """`admit`, the call on `held` with its undo on the stack."""
-        held.call = await self.admit(model, tenant, reserve_tokens, count)
-        held.undo.callback(self.undo, held.call)
-        return held.call
-
-    async def admit(
-        self, model: str, tenant: Tenant, reserve_tokens: int = 0, count: int = 1
-    ) -> AdmittedCall:
-        """Take `count` places (its choices) in the model's queue and one in the tenant's
-        limits, reserving `reserve_tokens`."""
-        self.shares.admit(model, tenant, count)
-        try:
-            lease = await self.quota.admit(tenant, reserve_tokens, count)  # n counts n
-        except BaseException:
-            self.shares.release(model, tenant.name, count)
-            raise
-        self.metrics.in_flight.labels(model).inc()
-        self.metrics.queued.labels(model).inc()
-        return AdmittedCall(model, tenant.name, self.clock(), lease, count=count)
-
-    def see(self, call: AdmittedCall, delta: Delta) -> None:
-        """Count `delta` on `call`; its first output ends its time as queued."""
-        if call.see(delta, self.clock()):
-            self.metrics.queued.labels(call.model).dec()
-
-    def undo(self, call: AdmittedCall) -> None:
-        if call.first is None:
-            self.metrics.queued.labels(call.model).dec()
-        self.shares.release(call.model, call.tenant, call.count)
-        self.metrics.in_flight.labels(call.model).dec()
-        call.lease.finish(call.prompt_tokens + call.completion_tokens)
+def request_stages(
+    spec: DeploymentSpec,
+    backends: Backends,
+    capacity: Mapping[str, int],
+    metrics: ServingMetrics,
+    clock: Callable[[], float],
+    quota: Quota | None = None,
+    board: tuple[HeldStore, str] | None = None,
+) -> tuple[Admit, Dispatch, Close]:
+    """The admit, dispatch and close stages of one ingress, wired to each other (the
+    dispatch and close stages count on the admit stage's queue and metrics)."""
+    admit = Admit(spec, capacity, metrics, clock, quota)
+    return admit, Dispatch(spec, backends, admit, clock, board), Close(admit)
 
 
 class Dispatch:

@@ -121,7 +121,7 @@ def _duplicates(path: str, values: list[str], what: str) -> list[str]:
 
 def _adapter_clashes(models: list[ModelSpec]) -> list[str]:
     """Adapter names that another adapter or a model already serves as: a request's
-    `model` must name exactly one (serve/adapter_names.py)."""
+    `model` must name exactly one (admission/adapter_names.py)."""
     owners = {m.name: f"models[{i}].name" for i, m in enumerate(models)}
     problems = []
     for i, model in enumerate(models):

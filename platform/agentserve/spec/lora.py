@@ -1,7 +1,7 @@
 """LoraSpec: the LoRA adapters one model serves beside its base weights (vLLM multi-LoRA).
 
 A request selects an adapter by its `model`: the adapter's name, or `<base>:<adapter>`
-(serve/adapter_names.py); /v1/models lists each adapter with its base as `parent`.
+(admission/adapter_names.py); /v1/models lists each adapter with its base as `parent`.
 """
 
 from __future__ import annotations

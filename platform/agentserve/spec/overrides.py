@@ -49,14 +49,21 @@ def with_engine_settings(
     the spec's, or the device's default where the spec leaves it)."""
     if dtype is None and max_model_len is None:
         return spec
-    data = spec.model_dump(mode="json", exclude_unset=True)  # unset stays unset
-    data["models"] = [m.model_dump(mode="json", exclude_unset=True) for m in spec.models]
-    for entry, model in zip(data["models"], spec.models, strict=True):
-        if model.engine != "vllm":
-            continue
-        settings = (("dtype", dtype), ("max_model_len", max_model_len))
-        entry.update({k: v for k, v in settings if v is not None})
+    data, vllm_models = _set_fields(spec)
+    settings = {"dtype": dtype, "max_model_len": max_model_len}
+    settings = {k: v for k, v in settings.items() if v is not None}
+    for entry, _ in vllm_models:
+        entry.update(settings)
     return spec_from_dict(data, source="(with --dtype/--max-model-len)")
+
+
+def _set_fields(spec: DeploymentSpec):
+    """The spec's data as the user set it (unset stays unset, so defaults are derived
+    again) and each vLLM model's entry in it beside its ModelSpec."""
+    data = spec.model_dump(mode="json", exclude_unset=True)
+    data["models"] = [m.model_dump(mode="json", exclude_unset=True) for m in spec.models]
+    pairs = zip(data["models"], spec.models, strict=True)
+    return data, [(entry, model) for entry, model in pairs if model.engine == "vllm"]
 
 
 def with_overrides(
@@ -84,11 +91,8 @@ def with_speculation(spec: DeploymentSpec, method: str | None) -> DeploymentSpec
     """
     if method is None:
         return spec
-    data = spec.model_dump(mode="json", exclude_unset=True)  # unset stays unset
-    data["models"] = [m.model_dump(mode="json", exclude_unset=True) for m in spec.models]
-    for entry, model in zip(data["models"], spec.models, strict=True):
-        if model.engine != "vllm":
-            continue
+    data, vllm_models = _set_fields(spec)
+    for entry, model in vllm_models:
         drafter = entry.setdefault("drafter", {})
         drafter["enabled"] = method != "none"
         if method != "none":

@@ -36,10 +36,9 @@ __all__ = [
     "choose",
     "choose_served",
     "drafter_fraction",
-    "factor_rows",
+    "ks_timed",
     "measured_served_factors",
     "predicted_speedup",
-    "served_factors",
     "speculative_step_factor",
 ]
 
@@ -66,7 +65,8 @@ def _step(profile: Mapping[str, Any], dtype: str, batch: int, tokens: int) -> fl
     return float(profile["dtypes"][dtype]["step_ms"][str(batch)][str(tokens)])
 
 
-def _ks(profile: Mapping[str, Any], dtype: str, batch: int) -> list[int]:
+def ks_timed(profile: Mapping[str, Any], dtype: str, batch: int) -> list[int]:
+    """The drafted-token counts whose verification the profile timed at `batch`."""
     return sorted(int(n) - 1 for n in profile["dtypes"][dtype]["step_ms"][str(batch)] if n != "1")
 
 
@@ -87,46 +87,9 @@ def predicted_speedup(
     return tau * decode / (verify * (1.0 + draft_fraction))  # below is timing noise
 
 
-def served_factors(
-    profiles: list[Mapping[str, Any]],
-    records: list[Mapping[str, Any]],
-    draft_fraction: Mapping[str, float] | None = None,
-    concurrency: int = 1,
-) -> dict[str, float]:
-    """{method: min over the `factor_rows` at `concurrency` (served agentserve rows under the
-    engine settings `agentserve up` applies on the row's kind of CPU, the speculation
-    schedule on or off: cpu_settings.fitted_settings) of measured speedup / speedup
-    predicted from the profile of the same kind of machine at that batch, with the row's
-    own tau and the method's `draft_fraction` (as `choose` predicts it: the drafting is in
-    the prediction, so the factor holds only what the rest of vLLM's step adds)}, capped at
-    1 (only ever a correction downwards). Methods with no pair are absent. Where a method
-    has schedule-off rows on a kind of CPU, only those count there, as in
-    speculation.schedule.acceptance_from_served: under the schedule a row's k and tau describe
-    only the batches that drafted."""
-    draft_fraction = draft_fraction or {}
-    by_class = {p["machine"]["cpu_class"]: p for p in profiles}
-    out: dict[str, float] = {}
-    for r in factor_rows(records, set(by_class), concurrency):
-        machine = r["machine"]["cpu_class"]
-        profile, k = by_class[machine], int(r["num_speculative_tokens"])
-        if (
-            r.get("dtype") not in profile["dtypes"]
-            or str(concurrency) not in profile["dtypes"][r["dtype"]]["step_ms"]
-        ):
-            continue
-        if k not in _ks(profile, r["dtype"], concurrency):
-            continue  # the profile did not time this verification's size
-        frac = draft_fraction.get(r["method"], 0.0)
-        tau = float(r["tau"])
-        predicted = predicted_speedup(profile, r["dtype"], concurrency, k, tau, frac)
-        factor = min(1.0, float(r["speedup_vs_plain"]) / predicted)
-        out[r["method"]] = round(min(out.get(r["method"], 1.0), factor), 3)
-    return out
-
-
 def measured_served_factors() -> tuple[dict[str, float], dict[str, float]]:
     """({method: served factor at concurrency 1}, {the same at LOADED_BATCH}) as the pooled
-    profile records them (`served_factors` over docs/benchmarks/calibration.json and
+    profile records them (agentserve_bench/served_fits.py over docs/benchmarks/calibration.json and
     speculative.json with the shipped drafter's draft fraction); empty where unmeasured."""
     factors = profiles.section(profiles.POOLED, "served_factor")
     return ({}, {}) if factors is None else (dict(factors.batch_1), dict(factors.loaded))
@@ -144,30 +107,6 @@ def speculative_step_factor(
         return 1.0
     factor = at_load.get(method, first[method]) if loaded else None
     return (1.0 + draft_fraction) / (factor or first[method])
-
-
-def factor_rows(
-    records: list[Mapping[str, Any]], cpu_classes: Collection[str], concurrency: int = 1
-) -> list[Mapping[str, Any]]:
-    """The served rows `served_factors` fits at `concurrency` on `cpu_classes`: agentserve's,
-    with a speculative method and a tau, under the settings `agentserve up` applies there;
-    only the schedule-off rows of a method on a kind of CPU where it has some."""
-    from agentserve.engine.cpu_settings import fitted_settings, schedule_off
-
-    usable = [
-        r for r in records
-        if r.get("path") == "served" and r.get("server") == "agentserve"
-        and (r.get("machine") or {}).get("cpu_class") in cpu_classes
-        and r.get("method") not in (None, "none") and r.get("concurrency") == concurrency
-        and r.get("tau") and fitted_settings(r.get("settings"), r["machine"]["cpu_class"])
-    ]  # fmt: skip
-    off = {
-        (r["machine"]["cpu_class"], r["method"]) for r in usable if schedule_off(r.get("settings"))
-    }
-    return [
-        r for r in usable
-        if schedule_off(r.get("settings")) or (r["machine"]["cpu_class"], r["method"]) not in off
-    ]  # fmt: skip
 
 
 def drafter_fraction(drafter_dir: Path | None) -> float | None:
@@ -208,7 +147,7 @@ def choose(
         for method, (alpha_1, drop) in acceptance.items():
             factors = {1: served_factor.get(method, 1.0)}
             factors[LOADED_BATCH] = loaded_factor.get(method, factors[1])
-            for k in (k for k in _ks(profile, dtype, 1) if ks is None or k in ks):
+            for k in (k for k in ks_timed(profile, dtype, 1) if ks is None or k in ks):
                 gains = []
                 for batch in (1, LOADED_BATCH):
                     if str(batch) not in costs["step_ms"]:

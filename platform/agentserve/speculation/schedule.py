@@ -20,14 +20,11 @@ would be a guess.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from agentserve import profiles
 from agentserve.autoscale.calibrated_model import calibrated_latency_model
 from agentserve.autoscale.model import (
     LatencyModel,
-    alpha_from_tau,
-    drafted_for,
     speculation_schedule,
 )
 from agentserve.spec import (
@@ -40,8 +37,6 @@ from agentserve.spec import (
 )
 
 __all__ = [
-    "acceptance_from_served",
-    "draft_rate_from_served",
     "latency_model_for",
     "measured_acceptance",
     "method_acceptance",
@@ -54,7 +49,7 @@ __all__ = [
 
 def method_acceptance() -> dict[str, tuple[float, float]]:
     """{method: (alpha at batch 1, drop per doubling of the batch)} of each speculative
-    method on the bundled model, measured through the server (`acceptance_from_served` over
+    method on the bundled model, measured through the server (agentserve_bench/served_fits.py over
     every kind of machine's agentserve rows, the pooled profile's `acceptance`); a method
     not listed keeps LatencyModel's assumption."""
     measured = profiles.section(profiles.POOLED, "acceptance") or {}
@@ -63,93 +58,9 @@ def method_acceptance() -> dict[str, tuple[float, float]]:
 
 def method_draft_rate() -> dict[str, float]:
     """{method: the share of a sequence's decode steps that carried a draft} through the
-    server at concurrency 1 (`draft_rate_from_served`, the pooled profile's `draft_rate`):
+    server at concurrency 1 (agentserve_bench/served_fits.py, the pooled profile's `draft_rate`):
     prompt lookup drafts only where the context repeats, a drafter on every step."""
     return dict(profiles.section(profiles.POOLED, "draft_rate") or {})
-
-
-def draft_rate_from_served(records: list[dict]) -> dict[str, float]:
-    """{method: mean over agentserve's served rows at concurrency 1 of drafts / (drafts +
-    steps that drafted nothing)} (pure). A row's drafting steps emitted drafts x tau of its
-    tokens after each request's first; every other token took a plain step of its own."""
-    by: dict[str, list[float]] = {}
-    for r in records:
-        if r.get("path") != "served" or r.get("server") != "agentserve":
-            continue
-        if r.get("method") in (None, "none") or r.get("concurrency") != 1:
-            continue
-        if not (r.get("drafts") and r.get("tau") and r.get("output_tokens") and r.get("requests")):
-            continue
-        plain = max(0.0, r["output_tokens"] - r["requests"] - r["drafts"] * r["tau"])
-        by.setdefault(r["method"], []).append(r["drafts"] / (r["drafts"] + plain))
-    return {method: round(sum(v) / len(v), 3) for method, v in sorted(by.items())}
-
-
-def acceptance_from_served(records: list[dict]) -> dict[str, tuple[float, float]]:
-    """(alpha_1, alpha_drop_per_doubling) per method from served records (pure): alpha is
-    the per-token acceptance whose geometric tau at the k the row drafted matches the
-    measured tau, pooled over workloads by mean; the drop is fitted between concurrency 1
-    and the highest concurrency measured (0 when that is 1 or acceptance does not fall).
-
-    Which rows say what k they drafted (`_drafted_k`): a row measured with the schedule
-    off (cpu_settings.SCHEDULE_OFF) drafted its k at every batch; a row under a schedule it
-    recorded drafted, at concurrency 1, the schedule's k for batch 1, and at a higher
-    concurrency a mix of batch sizes (no single k); a row from before rows recorded their
-    schedule says nothing sure. Where a method has rows that say, only those count: a
-    schedule may have drafted fewer than the row's k, or none (a c=4 n-gram row reporting
-    k=8 with the tau of steps that drafted 2 made prompt lookup's acceptance seem to fall
-    with the batch; at a fixed k its tau is the same at c=4 as at c=1). The drop is fitted
-    from rows that drafted one k at every concurrency where the method has any."""
-    from agentserve.engine.cpu_settings import schedule_off
-
-    rows = [
-        r
-        for r in records
-        if r.get("path") == "served" and r.get("server") == "agentserve" and r.get("tau")
-        and r["method"] != "none" and r["tau"] > 1.0
-    ]  # fmt: skip
-    sure = {r["method"] for r in rows if _drafted_k(r) is not None}
-    by: dict[str, dict[int, list[float]]] = {}  # alphas per concurrency, rows that count
-    fixed: dict[str, dict[int, list[float]]] = {}  # the same k at every concurrency
-    for r in rows:
-        k = _drafted_k(r)
-        if k is None and r["method"] in sure:
-            continue
-        alpha = alpha_from_tau(r["tau"], k if k is not None else r["num_speculative_tokens"])
-        by.setdefault(r["method"], {}).setdefault(r["concurrency"], []).append(alpha)
-        if schedule_off(r.get("settings")):
-            fixed.setdefault(r["method"], {}).setdefault(r["concurrency"], []).append(alpha)
-    out = {}
-    for method, per_c in by.items():
-        if 1 not in per_c:
-            continue
-        a1 = _mean(per_c[1])
-        # the drop from rows that drafted one k at every concurrency (the schedule-off
-        # ones), where a method has them: a c=1 row under a schedule has no c=4 twin
-        span = fixed.get(method, {}) if method in sure else per_c
-        top = max(span, default=1)
-        drop = 0.0
-        if top > 1 and 1 in span:
-            drop = max(0.0, (_mean(span[1]) - _mean(span[top])) / math.log2(top))
-        out[method] = (round(a1, 3), round(drop, 3))
-    return out
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _drafted_k(row: dict) -> int | None:
-    """The k a served row drafted at each of its steps, where the row says (see
-    acceptance_from_served); None where it does not, or where it drafted nothing."""
-    from agentserve.engine.cpu_settings import schedule_off
-
-    if schedule_off(row.get("settings")):
-        return row["num_speculative_tokens"]
-    schedule = row.get("schedule")
-    if not schedule or row["concurrency"] != 1:
-        return None
-    return drafted_for([tuple(r) for r in schedule], 1) or None
 
 
 def latency_model_for(model: ModelSpec, machine: str | None = None) -> LatencyModel | None:

@@ -19,12 +19,11 @@ from agentserve.drafters import (
     default_speculation,
     default_speculation_reason,
     default_speculation_tokens,
-    rows_of_shipped_drafter,
 )
-from agentserve.engine.cpu_settings import default_settings
 from agentserve.sources.models import BUNDLED_MODEL
 from agentserve_bench.served_rows import deciding as served_deciding
-from agentserve_bench.served_rows import served_default, settings_scores
+from agentserve_bench.served_rows import rows_of_shipped_drafter, served_default, settings_scores
+from agentserve_bench.settings_bundles import default_settings
 
 FIGURES = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "speculative.json"
 

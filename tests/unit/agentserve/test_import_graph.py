@@ -202,3 +202,16 @@ def test_admission_and_api_do_not_import_the_request_path():
         if module.startswith(lower)
     }
     assert {module: names for module, names in offenders.items() if names} == {}
+
+
+def test_the_admit_stage_lives_in_admission():
+    """Parse-and-admit is admission's (issue 65 item 3): the stage and the adapter names it
+    rewrites are defined under agentserve.admission, which the test above keeps clear of
+    serve/; serve/stages.py only wires it to the other stages."""
+    from agentserve.admission.adapter_names import ModelNames
+    from agentserve.admission.admit import Admit
+    from agentserve.serve import stages
+
+    assert Admit.__module__ == "agentserve.admission.admit"
+    assert ModelNames.__module__ == "agentserve.admission.adapter_names"
+    assert not hasattr(stages, "ModelNames") and "Admit" not in stages.__all__

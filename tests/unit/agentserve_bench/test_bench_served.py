@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from agentserve.engine.cpu_settings import default_settings
 from agentserve_bench.served_client import Reply, level_figures, parse_spec_counters
 from agentserve_bench.served_report import write_served
 from agentserve_bench.served_rows import fill_ratios, row, served_default, settings_scores
+from agentserve_bench.settings_bundles import default_settings
 from agentserve_bench.speculative_served import parse_methods, run_order
 
 MACHINE = {"model": "AMD EPYC", "cores": 2, "features": ["avx2"], "cpu_class": "avx2"}
@@ -247,7 +247,8 @@ def test_settings_are_scored_by_the_reply_time_of_their_own_best_method():
 def test_engine_defaults_are_the_named_default_settings():
     from agentserve import profiles, ray_env
     from agentserve.engine import cpu_settings
-    from agentserve.engine.cpu_settings import SETTINGS, default_settings, engine_environment
+    from agentserve.engine.cpu_settings import engine_environment
+    from agentserve_bench.settings_bundles import SETTINGS
 
     iomp = Path("/venv/lib/libiomp5.so")
     named = engine_environment(SETTINGS[default_settings()], cores=[0, 1], iomp=iomp)
@@ -266,7 +267,6 @@ def test_engine_defaults_are_the_named_default_settings():
 def test_ratios_and_defaults_never_cross_kinds_of_cpu():
     """Two machines' rows in one file: each method's ratio is to its own machine's plain
     decoding, and each machine's default comes from its own rows."""
-    from agentserve.engine.cpu_settings import default_settings
     from agentserve_bench.served_rows import by_machine, fill_ratios, served_default
 
     def r(cpu: str, method: str, workload: str, c: int, tok_s: float) -> dict:

@@ -5,21 +5,46 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from agentserve.autoscale import model as latency
 from agentserve.autoscale.model import (
-    CPU_MEASUREMENTS,
     LatencyModel,
     Measurement,
     drafted_for,
     fit,
     speculation_schedule,
+    whole_engine_measurements,
 )
 
 
-def test_defaults_are_the_fit_of_the_cpu_measurements():
-    fitted = fit(CPU_MEASUREMENTS)
+def test_defaults_are_the_fit_of_the_profiles_whole_engine_rows():
+    measured = whole_engine_measurements()
+    assert len(measured) >= 2
+    fitted = fit(measured)
     assert fitted == LatencyModel()
-    for r in CPU_MEASUREMENTS:  # within 8% of every measured step (batch-4 no-spec: 6%)
+    for r in measured:  # within 8% of every measured step (batch-4 no-spec: 6%)
         assert fitted.step_ms(r.batch, r.drafted) == pytest.approx(r.step_ms, rel=0.08)
+    # the figures the model planned with when they were constants in code
+    assert (fitted.base_ms, fitted.knee_tokens, fitted.per_token_ms) == (32.231, 4.0, 2.2367)
+
+
+def test_the_step_defaults_follow_the_profile_rows(monkeypatch):
+    rows = (Measurement(1, 0, 20.0), Measurement(8, 0, 20.0), Measurement(16, 0, 36.0))
+    monkeypatch.setattr(latency, "whole_engine_measurements", lambda: rows)
+    latency.default_step_terms.cache_clear()
+    try:
+        got = LatencyModel()
+        assert (got.base_ms, got.knee_tokens, got.per_token_ms) == (20.0, 8.0, 2.0)
+        monkeypatch.setattr(latency, "whole_engine_measurements", lambda: rows[:1])
+        latency.default_step_terms.cache_clear()
+        with pytest.raises(ValueError, match="engine_steps"):
+            LatencyModel()
+    finally:
+        monkeypatch.undo()
+        latency.default_step_terms.cache_clear()
+
+
+def test_a_machine_without_whole_engine_rows_has_none():
+    assert whole_engine_measurements("a-kind-never-measured") == ()
 
 
 def test_fit_recovers_a_known_model():

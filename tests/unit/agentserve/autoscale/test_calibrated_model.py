@@ -16,13 +16,11 @@ from agentserve.autoscale import calibrated_model
 from agentserve.autoscale.calibrated_model import (
     latency_model_from_profile,
     measured_step_factor,
-    served_step_factor,
     step_terms,
 )
-from agentserve.autoscale.model import CPU_MEASUREMENTS_MACHINE, LatencyModel, drafted_for
+from agentserve.autoscale.model import WHOLE_ENGINE_MACHINE, LatencyModel, drafted_for
 from agentserve.autoscale.policy_types import PolicySpec
 from agentserve.autoscale.ray_policy import policy_spec_from_json
-from agentserve.drafters import rows_of_shipped_drafter
 from agentserve.engine.cpu_info import CpuInfo
 from agentserve.engine.step_costs import profile_cache_path
 from agentserve.sources.models import BUNDLED_MODEL
@@ -35,6 +33,8 @@ from agentserve.speculation.schedule import (
     schedule_for,
     with_default_schedules,
 )
+from agentserve_bench.served_fits import served_step_factor
+from agentserve_bench.served_rows import rows_of_shipped_drafter
 from profile_fakes import set_profile
 
 try:  # the deployment options Ray Serve gets (ray.serve is already imported by other tests)
@@ -169,7 +169,7 @@ def test_without_a_profile_the_fitted_model_is_used(this_machine):
 
 def test_where_the_whole_engine_fit_holds_it_wins_over_the_profile(this_machine):
     model = _spec().models[0]
-    assert latency_model_for(model, machine=CPU_MEASUREMENTS_MACHINE) == _ngram_base()
+    assert latency_model_for(model, machine=WHOLE_ENGINE_MACHINE) == _ngram_base()
 
 
 def test_a_cached_calibration_feeds_the_schedule_and_the_policy(this_machine, monkeypatch):

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from agentserve.engine import cpu_settings
 from agentserve.engine.cpu_malloc import malloc_library
-from agentserve.engine.cpu_settings import SETTINGS, cpu_malloc, engine_environment
+from agentserve.engine.cpu_settings import cpu_malloc, engine_environment
+from agentserve_bench.settings_bundles import SETTINGS, default_settings
 from profile_fakes import drop_profile, set_profile
 
 
@@ -68,8 +68,8 @@ def test_the_choice_is_the_env_then_the_measured_kind_then_glibc(monkeypatch):
     assert cpu_malloc({"AGENTSERVE_CPU_MALLOC": " TCMalloc "}, "amx") == "tcmalloc"
     with pytest.raises(ValueError, match="AGENTSERVE_CPU_MALLOC='mimalloc'"):
         cpu_malloc({"AGENTSERVE_CPU_MALLOC": "mimalloc"}, "amx")
-    assert cpu_settings.default_settings("amx").endswith("-jemalloc")
-    assert cpu_settings.default_settings("amx") in SETTINGS
+    assert default_settings("amx").endswith("-jemalloc")
+    assert default_settings("amx") in SETTINGS
 
 
 def test_every_settings_bundle_names_its_allocator():

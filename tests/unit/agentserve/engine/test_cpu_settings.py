@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 from agentserve.engine.cpu_info import CpuInfo, cpu_class, parse_cpuinfo
-from agentserve.engine.cpu_settings import (
-    SCHEDULE_OFF,
-    default_settings,
-    engine_environment,
-    fitted_settings,
-    iomp_library,
-    omp_bind,
-)
+from agentserve.engine.cpu_settings import engine_environment, iomp_library, omp_bind
+from agentserve_bench.settings_bundles import SCHEDULE_OFF, default_settings, fitted_settings
 from profile_fakes import drop_profile, set_profile
 
 EPYC_AVX2 = """processor\t: 0
@@ -170,4 +164,3 @@ def test_fits_read_the_default_settings_with_the_schedule_on_or_off():
     assert fitted_settings(None, "avx512_bf16")  # rows from before the labels
     assert not fitted_settings("all-gomp", "avx512_bf16")  # another bundle: a comparison
     assert not fitted_settings(default + "/float32", "avx512_bf16")  # a dtype variant
-

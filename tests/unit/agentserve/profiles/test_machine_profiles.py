@@ -111,9 +111,9 @@ def test_the_benches_writers_give_the_shipped_profiles_from_the_committed_rows(t
     """Re-deriving every section a bench decides from the rows the profiles cite gives the
     shipped values: the profiles follow their own rows (a new run that changes a choice
     rewrites its profile)."""
-    from agentserve.drafters import rows_of_shipped_drafter
     from agentserve_bench import calibrate
     from agentserve_bench.profile_write import write_served_profiles
+    from agentserve_bench.served_rows import rows_of_shipped_drafter
 
     docs, directory = tmp_path / "docs", tmp_path / "platform" / "agentserve" / "profiles"
     directory.mkdir(parents=True)
@@ -158,8 +158,8 @@ def test_a_run_comparing_settings_bundles_writes_the_fastest_as_the_engine_secti
 def test_each_engine_section_is_a_named_settings_bundle(path):
     """The engine section maps back to the bundle `default_settings` names, so the served
     rows labelled with it are the ones that chose it."""
-    from agentserve.engine.cpu_settings import SETTINGS, default_settings
     from agentserve_bench.profile_write import engine_values
+    from agentserve_bench.settings_bundles import SETTINGS, default_settings
 
     engine = load_profile(path).value("engine")
     if engine is not None:

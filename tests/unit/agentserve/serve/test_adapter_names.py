@@ -4,8 +4,8 @@ an unknown adapter of a served model is a 404."""
 from __future__ import annotations
 
 import pytest
+from agentserve.admission.adapter_names import ModelNames
 from agentserve.api.errors import ModelNotFoundError
-from agentserve.serve.adapter_names import ModelNames
 from agentserve.spec import DeploymentSpec
 
 SPEC = DeploymentSpec.model_validate(

@@ -10,15 +10,10 @@ from pathlib import Path
 
 import pytest
 from agentserve.autoscale.model import LatencyModel, alpha_from_tau
-from agentserve.drafters import rows_of_shipped_drafter
 from agentserve.spec import DeploymentSpec
-from agentserve.speculation.schedule import (
-    acceptance_from_served,
-    draft_rate_from_served,
-    latency_model_for,
-    method_acceptance,
-    method_draft_rate,
-)
+from agentserve.speculation.schedule import latency_model_for, method_acceptance, method_draft_rate
+from agentserve_bench.served_fits import acceptance_from_served, draft_rate_from_served
+from agentserve_bench.served_rows import rows_of_shipped_drafter
 
 FIGURES = Path(__file__).resolve().parents[4] / "docs" / "benchmarks" / "speculative.json"
 

@@ -15,9 +15,7 @@ from agentserve.drafters import (
     default_speculation,
     default_speculation_tokens,
     has_served_speculation,
-    rows_of_shipped_drafter,
 )
-from agentserve.engine.cpu_settings import SCHEDULE_OFF, default_settings
 from agentserve.sources.models import BUNDLED_MODEL
 from agentserve.spec import DeploymentSpec
 from agentserve.speculation.choice import (
@@ -27,12 +25,13 @@ from agentserve.speculation.choice import (
     choose,
     choose_served,
     drafter_fraction,
-    factor_rows,
     measured_served_factors,
     predicted_speedup,
-    served_factors,
 )
 from agentserve.speculation.schedule import method_acceptance
+from agentserve_bench.served_fits import factor_rows, served_factors
+from agentserve_bench.served_rows import rows_of_shipped_drafter
+from agentserve_bench.settings_bundles import SCHEDULE_OFF, default_settings
 
 BENCH = Path(__file__).resolve().parents[4] / "docs" / "benchmarks"
 DRAFTING = drafter_fraction(BUNDLED_DRAFTER_DIR) or 0.0

@@ -4,7 +4,7 @@ As vLLM's server reads it: a model's own name selects its base weights, an adapt
 selects that adapter (adapter names are unique across a deployment: spec/deployment.py);
 agentserve also reads `<model>:<adapter>`. The ingress rewrites the body's `model` to the
 base model's name, so queues, limits, metrics and replicas are the base model's, and
-keeps the adapter beside it (serve/stages.py); the engine body names the adapter again
+keeps the adapter beside it (admission/admit.py); the engine body names the adapter again
 (serve/engine_request.py), which is how vLLM's serving layer picks its LoRARequest.
 """
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from agentserve.drafters import (
-    BUNDLED_DRAFTER_DIR,
+from agentserve.drafters import BUNDLED_DRAFTER_DIR
+from agentserve_bench.served_rows import (
     LEGACY_DRAFTER_DIGEST,
     drafter_digest,
+    row,
     rows_of_shipped_drafter,
 )
-from agentserve_bench.served_rows import row
 
 
 def test_the_digest_follows_the_weights_not_the_directory(tmp_path):
