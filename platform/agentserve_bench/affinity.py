@@ -6,7 +6,13 @@ and `<name>-spread`, `--replicas` (2) replicas each, differing only in routing.a
 (the model not being measured is idle). Each round runs, against each model in alternating
 order: `--conversations` (8) concurrent agent conversations of `--turns` (6) turns, each
 turn's reply sent back with a tool call and its result (an excerpt of a held-out
-package's source), as an agent loop resends its growing context every turn; then the
+package's source), as an agent loop resends its growing context every turn. `--openings`
+says how the conversations begin: "shared" (the workload "agent": every conversation of a
+round opens with the same system prompt, tools and task preamble, which both replicas cache
+whatever the routing) and/or "distinct" ("agent-distinct": each conversation's first
+message carries its own tag, so no two share a prompt block, as agents with their own
+instructions or documents do, and only the replica that served a conversation holds its
+prefix). Then the
 single-turn coding workload at the same concurrency (affinity must not cost throughput
 where nothing is shared). Figures per model and workload: prefix cache hit rate (the sum of
 usage.prompt_tokens_details.cached_tokens over the sum of prompt tokens), TTFT p50 and p90,
@@ -34,6 +40,7 @@ __all__ = [
     "add_parser",
     "agent_conversations",
     "arm_figures",
+    "round_openings",
     "run",
     "section",
     "summarize",
@@ -44,6 +51,7 @@ __all__ = [
 ARMS = ("spread", "affinity")  # baseline first: ratios are affinity / spread
 KEYS = ("prefix_hit_rate", "ttft_ms_p50", "ttft_ms_p90", "throughput_tokens_per_s")
 SESSION_HEADER = "x-session-id"
+AGENT_WORKLOADS = {"shared": "agent", "distinct": "agent-distinct"}  # --openings -> workload
 TOOL_RESULT_CHARS = 600  # per tool result: 6 turns stay inside the bundled model's context
 READ_FILE_TOOL = {
     "type": "function",
@@ -104,6 +112,20 @@ def agent_conversations(n: int, turns: int) -> list[tuple[list[dict[str, Any]], 
         (opening, excerpts[i * (turns - 1) : (i + 1) * (turns - 1)])
         for i, opening in enumerate(openings)
     ]
+
+
+def round_openings(
+    agents: list[tuple[list[dict[str, Any]], list[str]]], tag: str, distinct: bool
+) -> list[tuple[list[dict[str, Any]], list[str]]]:
+    """The round's conversations (pure): each first message tagged `[tag]` (fresh every
+    round and arm: nothing cached from the last), and with `distinct` also the
+    conversation's index, so no two conversations share a leading prompt block."""
+    out = []
+    for i, (opening, results) in enumerate(agents):
+        label = f"[{tag} #{i}] " if distinct else f"[{tag}] "
+        first = {**opening[0], "content": label + opening[0]["content"]}
+        out.append(([first, *opening[1:]], results))
+    return out
 
 
 async def _conversation(client, model, opening, results, max_tokens, session) -> list[Any]:
@@ -250,26 +272,38 @@ def run(args: argparse.Namespace) -> int:
             asyncio.run(run_workload(url, name, single[:2], 1, 16))
         for i in range(args.rounds):
             for arm in ARMS if i % 2 == 0 else ARMS[::-1]:
-                tag = f"r{i}-{arm}"  # fresh sessions every round: nothing cached from the last
-                fresh = [([{**opening[0], "content": f"[{tag}] " + opening[0]["content"]},
-                           *opening[1:]], results) for opening, results in agents]  # fmt: skip
-                replies, wall = asyncio.run(
-                    run_agents(url, names[arm], fresh, args.max_tokens, args.sessions, tag)
-                )
-                rows.append({"kind": "run", "workload": "agent", "round": i, "arm": arm,
-                             **arm_figures(replies, wall), **common})  # fmt: skip
+                for openings in args.openings:
+                    tag = f"r{i}-{arm}-{openings}"  # fresh sessions and prefixes every round
+                    fresh = round_openings(agents, tag, distinct=openings == "distinct")
+                    replies, wall = asyncio.run(
+                        run_agents(url, names[arm], fresh, args.max_tokens, args.sessions, tag)
+                    )
+                    rows.append({"kind": "run", "workload": AGENT_WORKLOADS[openings],
+                                 "round": i, "arm": arm, **arm_figures(replies, wall),
+                                 **common})  # fmt: skip
                 replies, wall = asyncio.run(
                     run_workload(url, names[arm], single, n, args.max_tokens)
                 )
                 rows.append({"kind": "run", "workload": "single-turn", "round": i, "arm": arm,
                              **arm_figures(replies, wall), **common})  # fmt: skip
-                for row in rows[-2:]:
+                for row in rows[-1 - len(args.openings) :]:
                     print(f"  round {i} {arm} {row['workload']}: hit rate "
                           f"{row['prefix_hit_rate']}, TTFT p50 {row['ttft_ms_p50']} ms, "
                           f"{row['throughput_tokens_per_s']} tok/s", flush=True)  # fmt: skip
     records = rows + [{**s, **common} for s in summarize(rows)]
     write_machine_rows(args.docs, "affinity", records, cpu.cpu_class, section)
     return 0
+
+
+def _openings(text: str) -> tuple[str, ...]:
+    """--openings: a comma-separated subset of AGENT_WORKLOADS' keys, in the given order."""
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = [v for v in values if v not in AGENT_WORKLOADS]
+    if not values or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected shared and/or distinct, comma-separated; got {text!r}"
+        )
+    return values
 
 
 def add_parser(kinds: argparse._SubParsersAction) -> None:
@@ -293,6 +327,13 @@ def add_parser(kinds: argparse._SubParsersAction) -> None:
         "a sixteenth of a replica's batch slots)",
     )
     p.add_argument("--max-tokens", type=int, default=32, help="per turn (default: 32)")
+    p.add_argument(
+        "--openings",
+        type=_openings,
+        default=("shared", "distinct"),
+        help="comma-separated, how agent conversations begin: shared (one opening for all) "
+        "and/or distinct (each its own) (default: shared,distinct)",
+    )
     p.add_argument(
         "--no-sessions",
         dest="sessions",

@@ -8,6 +8,7 @@ from agentserve.cli import build_parser
 from agentserve.spec import DeploymentSpec
 from agentserve_bench.affinity import (
     arm_figures,
+    round_openings,
     run,
     section,
     summarize,
@@ -93,3 +94,33 @@ def test_the_command_registers_with_its_defaults():
     assert build_parser().parse_args(["bench", "affinity", "--no-sessions"]).sessions is False
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "affinity", "--engine", "sglang"])
+
+
+def _agents(n: int) -> list:
+    opening = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "go"},
+    ]
+    return [(list(opening), [f"result {i}"]) for i in range(n)]
+
+
+def test_shared_openings_share_the_first_message_distinct_ones_do_not():
+    agents = _agents(3)
+    shared = round_openings(agents, "r0-spread", distinct=False)
+    distinct = round_openings(agents, "r0-spread", distinct=True)
+    firsts = {conv[0][0]["content"] for conv in shared}
+    assert firsts == {"[r0-spread] You are an agent."}
+    firsts = [conv[0][0]["content"] for conv in distinct]
+    assert len(set(firsts)) == 3 and all(f.startswith("[r0-spread #") for f in firsts)
+    # the tag leads the prompt (no block in common); the rest and the results are kept
+    assert [conv[0][1:] for conv in distinct] == [agent[0][1:] for agent in agents]
+    assert [conv[1] for conv in distinct] == [agent[1] for agent in agents]
+    assert agents[0][0][0]["content"] == "You are an agent."  # the input is not mutated
+
+
+def test_openings_option():
+    parse = build_parser().parse_args
+    assert parse(["bench", "affinity"]).openings == ("shared", "distinct")
+    assert parse(["bench", "affinity", "--openings", "distinct"]).openings == ("distinct",)
+    with pytest.raises(SystemExit):
+        parse(["bench", "affinity", "--openings", "unique"])
