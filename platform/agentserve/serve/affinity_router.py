@@ -13,7 +13,11 @@ there is nothing to prefer), a key whose home is overloaded or gone, and any fai
 read the request. Loads are the larger of what the replica last reported (Serve's queue
 length cache, whose entries expire after a few seconds) and the requests this router has
 sent it that have not completed (`on_request_routed` / `on_request_completed`), so an
-expired cache entry does not read as an idle replica. A dead replica's keys are forgotten.
+expired cache entry does not read as an idle replica, plus the requests sent home that
+are not routed yet: Serve's routing tasks choose for several pending requests before the
+first is routed, and without these a burst of one key (a fan-out, or prompts sharing their
+opening) all went home and queued behind each other. Such a reservation ends when its
+request is routed, chosen again, or after RESERVATION_S. A dead replica's keys are forgotten.
 
 `deployment_options` names this class by import path (serve/app.py, `router_config`), with
 the model's spec.routing as its `initialize_state` arguments.
@@ -22,6 +26,7 @@ the model's spec.routing as its `initialize_state` arguments.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -41,6 +46,7 @@ from agentserve.serve.affinity import AFFINITY_HEADER, KeyHomes, route
 __all__ = ["ROUTER_PATH", "AffinityRouter", "request_affinity_key"]
 
 ROUTER_PATH = "agentserve.serve.affinity_router.AffinityRouter"
+RESERVATION_S = 5.0  # a request chosen for its home and not routed in this long: not counted
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +74,7 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._homes = KeyHomes(max_keys)
         self._sent: dict[str, str] = {}  # internal request id -> replica id, until completed
         self._in_flight: Counter[str] = Counter()  # replica id -> requests sent, not completed
+        self._reserved: dict[str, tuple[str, float]] = {}  # request id -> (home, when chosen)
 
     async def choose_replicas(
         self,
@@ -93,19 +100,29 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         docstring)."""
         rid = replica.replica_id.to_full_id_str()
         cached = self.replica_queue_len_cache.get(replica.replica_id)
-        return max(cached or 0, self._in_flight[rid])
+        return max(cached or 0, self._in_flight[rid]) + self._reservations(rid)
+
+    def _reservations(self, rid: str) -> int:
+        """Requests chosen for `rid` as their home and not routed yet (expired ones dropped)."""
+        stale = time.monotonic() - RESERVATION_S
+        for request_id in [r for r, (_, at) in self._reserved.items() if at < stale]:
+            del self._reserved[request_id]
+        return sum(1 for home, _ in self._reserved.values() if home == rid)
 
     def _home_ranks(
         self, key: str, home: str, replicas: list[RunningReplica], pending: PendingRequest | None
     ) -> list[list[RunningReplica]] | None:
         """[[home], [the others]] while the home holds the key, else None (Serve's default)."""
         by_id = {r.replica_id.to_full_id_str(): r for r in replicas}
+        request_id = pending.metadata.internal_request_id if pending is not None else None
+        self._reserved.pop(request_id, None)  # chosen again: its last choice no longer counts
         loads = {rid: self.replica_load(r) for rid, r in by_id.items()}
         decision = route(key, home, loads, self._max_imbalance)
         if decision.reason != "home":
             return None
         if pending is not None:  # tried every rank: back off before asking again
             pending.routing_context.should_backoff = True
+            self._reserved[request_id] = (home, time.monotonic())
         return [[by_id[home]], [by_id[rid] for rid in decision.order[1:]]]
 
     def on_request_routed(
@@ -116,6 +133,7 @@ class AffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if key is not None:
             self._homes.set(key, rid)
         request_id = pending_request.metadata.internal_request_id
+        self._reserved.pop(request_id, None)  # counted from here on as sent
         if request_id not in self._sent:
             self._sent[request_id] = rid
             self._in_flight[rid] += 1

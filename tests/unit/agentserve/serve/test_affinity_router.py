@@ -287,3 +287,29 @@ def test_only_a_key_with_a_home_bypasses_serves_default(monkeypatch):
     first, again = asyncio.run(run())
     assert again == [first] * 3
     assert calls == ["conv-1", "conv-2", None]
+
+
+def test_a_burst_chosen_before_any_is_routed_still_respects_the_bound():
+    """Serve's router chooses for several pending requests before the first is routed (its
+    routing tasks run concurrently): a request the router sent home counts on the home from
+    the moment it is chosen, so a burst of one key does not pile onto one replica."""
+
+    async def run():
+        a, b = FakeReplica("a"), FakeReplica("b")
+        router = await _new_router([a, b], max_imbalance=1)
+        home = await _send(router, "conv-1")  # routed: 1 on the home, 0 on the other
+        burst = [_pending("conv-1") for _ in range(4)]
+        firsts = []
+        for pending in burst:  # chosen, none routed yet
+            ranks = await router.choose_replicas([a, b], pending)
+            firsts.append(ranks[0] if len(ranks[0]) == 1 else None)
+        home_first = sum(1 for rank in firsts if rank and rank[0].name == home)
+        chosen_again = await router.choose_replicas([a, b], burst[0])  # its retry: no double count
+        router.on_request_routed(burst[0], (a if home == "a" else b).replica_id, None)
+        loads = {r.name: router.replica_load(r) for r in (a, b)}
+        return home, home_first, chosen_again, loads
+
+    home, home_first, chosen_again, loads = asyncio.run(run())
+    assert home_first == 1  # 1 -> 2 on the home; then 2 > 0 + 1: Serve's default decides
+    assert [r.name for r in chosen_again[0]] == [home]  # its own reservation did not count
+    assert loads[home] == 2  # the first routed plus the confirmed reservation, once each
