@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentserve_bench.process_cpu import cpu_line
 from agentserve_bench.report import replace_section, write_json
 from agentserve_bench.served_rows import by_machine, machine_default_settings, served_default
 from agentserve_bench.settings_bundles import DEFAULT_SETTINGS
@@ -177,7 +178,8 @@ def write_served(
         f"{_peer_line(records)}\n\n"
         f"{_spec_peer_line(records)}\n\n"
         f"{_vs_ngram_line(records)}\n\n"
-        "Method scores per kind of CPU, from the rows of the settings `agentserve up` applies "
+        + (f"{cpu_line(records)}\n\n" if cpu_line(records) else "")
+        + "Method scores per kind of CPU, from the rows of the settings `agentserve up` applies "
         "there (geometric mean of speedups; the bar: >= 1.05x at c=1 and >= 0.97x at higher "
         "concurrency on every workload):\n\n" + "\n".join(score_lines) + "\n"
     )

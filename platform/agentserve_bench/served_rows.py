@@ -61,6 +61,7 @@ def row(
     half: str | None = None,
     speculative_config: dict[str, Any] | None = None,
     temperature: float = 0.0,
+    cpu_s_by_role: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """One served record (speedup and identity are filled by `fill_ratios`); `drafter`: the
     DFlash drafter's digest (drafter_digest) on dflash and hybrid rows;
@@ -70,7 +71,8 @@ def row(
     never do); `speculative_config`: the engine's speculative_config as the server got it
     (so a peer row says what it ran); `temperature`: the requests' sampling temperature
     (rows at T > 0 are compared with plain decoding at the same temperature and never
-    decide the default)."""
+    decide the default); `cpu_s_by_role`: CPU seconds by process role over the level
+    (process_cpu.py; left out when not measured)."""
     drafts = counters.get("drafts", 0.0)
     accepted = counters.get("accepted_tokens", 0.0)
     drafted = counters.get("draft_tokens", 0.0)
@@ -98,6 +100,7 @@ def row(
         **({"schedule": schedule} if schedule and method != "none" else {}),
         **({"half": half} if half else {}),
         **({"speculative_config": speculative_config} if speculative_config else {}),
+        **({"cpu_s_by_role": cpu_s_by_role} if cpu_s_by_role else {}),
         "texts": texts,
     }
 

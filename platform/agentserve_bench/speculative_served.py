@@ -32,6 +32,7 @@ from agentserve.engine.cpu_settings import engine_environment
 from agentserve.engine.vllm_args import speculative_config
 from agentserve.spec import DeploymentSpec
 
+from agentserve_bench import process_cpu
 from agentserve_bench.profile_write import (
     profile_dir,
     write_engine_profile,
@@ -186,11 +187,13 @@ def _measure(
         for (workload, half), convs in conversations.items():
             for temperature, c in itertools.product(args.temperatures, args.concurrency):
                 before = read_spec_counters(metrics_url)
+                cpu_before = process_cpu.snapshot()
                 replies, wall = asyncio.run(
                     run_workload(
                         base, model.name, convs, c, args.max_tokens, temperature=temperature
                     )
                 )
+                cpu_s = process_cpu.cpu_by_role(cpu_before, process_cpu.snapshot())
                 time.sleep(args.metrics_settle_s)  # replica stats reach /metrics periodically
                 after = read_spec_counters(metrics_url)
                 counters = {key: after[key] - before.get(key, 0.0) for key in after}
@@ -201,7 +204,7 @@ def _measure(
                     engine_env=env, texts=[r.text for r in replies], settings=settings,
                     drafter=drafter, schedule=model.drafter.num_speculative_tokens_per_batch_size,
                     half=half, speculative_config=speculative_config(model),
-                    temperature=temperature,
+                    temperature=temperature, cpu_s_by_role=cpu_s,
                 ))  # fmt: skip
                 tau = records[-1]["tau"]
                 print(
