@@ -14,6 +14,8 @@ docs/benchmarks.md, "Engine settings on CPU".
   own choice. `AGENTSERVE_CPU_BIND=all|reserve|auto`, or VLLM_CPU_OMP_THREADS_BIND itself,
   override. (Pinning the platform's processes to the reserved core does not work: vLLM's
   OpenMP binding respects the inherited affinity mask, so the engine lands there too.)
+  Where `agentserve up` starts several CPU engines on one machine, each gets a slot of
+  the cores instead of all of them (engine/core_slots.py), as one replica per GPU.
 - Priority: Ray runs its workers (the replica included) at nice 15; the engine processes
   the replica spawns are brought back to nice 0 (`normal_priority`), so when something else
   wants a core the platform's own processes yield to the engine, not the other way round.
@@ -51,6 +53,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentserve import profiles
+from agentserve.engine import core_slots
 from agentserve.engine.cpu_malloc import ALLOCATORS, GLIBC, malloc_library
 from agentserve.profiles import EngineSettings
 
@@ -231,14 +234,40 @@ def normal_priority() -> int:
     return 0
 
 
-def apply_cpu_engine_settings() -> None:
+def apply_cpu_engine_settings(model: str = "") -> list[int] | None:
     """Before a CPU engine starts in this process: its environment (unless set) and normal
-    priority for the engine processes it spawns; no-op with a GPU."""
+    priority for the engine processes it spawns; no-op with a GPU. Returns the engine's
+    slot of cores where it shares the node with other CPU engines (start it
+    `core_slots.confined` to them; a model's replicas take different slots first), else
+    None."""
     import torch
 
     if torch.cuda.is_available():
-        return
-    for key, value in engine_environment().items():
+        return None
+    slot = _replica_cores(model)
+    for key, value in engine_environment(cores=slot).items():
         os.environ[key] = value
+    if slot is not None:  # one OpenMP thread per core of the slot, not Ray's num_cpus
+        os.environ["OMP_NUM_THREADS"] = str(len(slot))
     if os.environ.get("AGENTSERVE_CPU_RENICE", "1") != "0":
         normal_priority()
+    return slot
+
+
+def _replica_cores(group: str = "", environ: Mapping[str, str] | None = None) -> list[int] | None:
+    """The cores this replica's engine binds when `agentserve up` starts several CPU
+    engines on this node (engine/core_slots.py); None (every usable core) otherwise, or
+    where the binding is the user's (VLLM_CPU_OMP_THREADS_BIND) or vLLM's ("auto")."""
+    environ = os.environ if environ is None else environ
+    replicas = environ.get(core_slots.REPLICAS_VARIABLE, "")
+    if not replicas.isdigit() or int(replicas) <= 1:
+        return None
+    if "VLLM_CPU_OMP_THREADS_BIND" in environ or environ.get("AGENTSERVE_CPU_BIND") == "auto":
+        return None
+    cores = core_slots.claim_cores(_usable_cores(), int(replicas), group=group)
+    import logging
+
+    logging.getLogger(__name__).info(
+        "%s CPU engines on this node: this one binds cores %s", replicas, cores
+    )
+    return cores

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentserve.engine import core_slots
 from agentserve.engine.cpu_settings import apply_cpu_engine_settings
 from agentserve.engine.progress import StepProgress
 from agentserve.engine.protocol import (
@@ -124,7 +125,7 @@ class VLLMEngine:
         from vllm.entrypoints.launchers.cli_args import FrontendArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        apply_cpu_engine_settings()
+        slot = apply_cpu_engine_settings(self.spec.name)  # None: every core (or a GPU)
         ensure_fixes_enabled()
         # off the event loop: a first start may download a model and its drafter for hours
         model_dir = self._model_dir or await asyncio.to_thread(
@@ -142,7 +143,8 @@ class VLLMEngine:
             config = await asyncio.to_thread(config_in_placement_group, engine_args)
             self._client = AsyncLLM.from_vllm_config(config, stat_loggers=loggers)
         else:
-            self._client = AsyncLLM.from_engine_args(engine_args, stat_loggers=loggers)
+            with core_slots.confined(slot):  # the engine core process keeps the slot's mask
+                self._client = AsyncLLM.from_engine_args(engine_args, stat_loggers=loggers)
         frontend = vars(FrontendArgs()) | frontend_kwargs(self.spec, model_dir)
         frontend["lora_modules"] = lora_modules(self.spec, adapters)  # loaded by init_app_state
         args = Namespace(**(frontend | vars(engine_args)))

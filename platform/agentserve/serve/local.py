@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentserve.engine import core_slots
 from agentserve.ray_env import apply_ray_env
 from agentserve.serve.replica import EngineFactory, default_engine_factory
 from agentserve.serve.status import current_status
@@ -22,6 +23,7 @@ __all__ = [
     "Readiness",
     "admin_url",
     "base_url",
+    "cpu_engine_replicas",
     "current_app_state",
     "describe_progress",
     "init_local_ray",
@@ -65,6 +67,14 @@ def ray_num_cpus(spec: DeploymentSpec, cpu_count: int | None = None) -> int:
     ask for more (a laptop oversubscribes rather than waiting forever for a core)."""
     wanted = sum(m.replicas.num_cpus * _initial_replicas(m.replicas) for m in spec.models)
     return max(cpu_count or os.cpu_count() or 1, math.ceil(wanted))
+
+
+def cpu_engine_replicas(spec: DeploymentSpec) -> int:
+    """vLLM engines on CPU the local node starts with (engine/core_slots.py splits the
+    cores among them)."""
+    return sum(
+        _initial_replicas(m.replicas) for m in spec.models if m.engine == "vllm" and not m.on_gpu
+    )
 
 
 def _initial_replicas(replicas: Any) -> int:
@@ -150,6 +160,9 @@ def start_local(
     Raises whatever Ray raises when it cannot start. `verbose` streams replica logs (vLLM
     included) to this process's stderr/stdout; otherwise they stay in Ray's log files.
     """
+    cpu_engines = cpu_engine_replicas(spec)
+    if cpu_engines > 1:  # Ray's processes inherit it: each engine binds a slot of cores
+        os.environ.setdefault(core_slots.REPLICAS_VARIABLE, str(cpu_engines))
     init_local_ray(ray_num_cpus(spec), verbose)
     from ray import serve
 
