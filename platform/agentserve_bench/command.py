@@ -22,6 +22,7 @@ from agentserve.sources.models import resolve_model
 from agentserve_bench import (
     affinity,
     calibrate,
+    core_slots,
     fit_latency,
     overhead,
     plain_peer,
@@ -121,6 +122,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     calibrate.add_parser(kinds)
     fit_latency.add_parser(kinds)
     affinity.add_parser(kinds)
+    core_slots.add_parser(kinds)
 
 
 def _heldout_ids(tokenizer, n: int) -> list[list[int]]:
