@@ -35,29 +35,41 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_engines_claim_disjoint_slots_then_share_the_least_held(tmp_path):
+@pytest.fixture
+def engines():
+    """Live processes standing in for engines (their pids claim), killed afterwards."""
+    started: list[subprocess.Popen] = []
+
+    def start(n: int) -> list[subprocess.Popen]:
+        command = [sys.executable, "-c", "import time; time.sleep(60)"]
+        started.extend(subprocess.Popen(command) for _ in range(n))
+        return started[-n:]
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_engines_claim_disjoint_slots_then_share_the_least_held(tmp_path, engines):
     path = tmp_path / "slots.json"
-    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])]
-    sleepers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
-    try:
-        first = claim_cores([0, 1, 2, 3], 2, path, pid=sleepers[0].pid)
-        second = claim_cores([0, 1, 2, 3], 2, path, pid=sleepers[1].pid)
-        assert (first, second) == ([0, 1], [2, 3])
-        # a third (autoscaled up) shares a slot; claiming again keeps one's own slot
-        assert claim_cores([0, 1, 2, 3], 2, path, pid=sleepers[1].pid) == [2, 3]
-        recorded = json.loads(path.read_text())
-        assert recorded == {
-            str(sleepers[0].pid): {"group": "", "cores": [0, 1]},
-            str(sleepers[1].pid): {"group": "", "cores": [2, 3]},
-        }
-        sleepers[0].kill()
-        sleepers[0].wait()
-        # the first engine died: its slot is free again, and its claim is gone
-        assert claim_cores([0, 1, 2, 3], 2, path, pid=_dead_pid() + 10**6) == [0, 1]
-    finally:
-        for proc in sleepers:
-            proc.kill()
-            proc.wait()
+    one, two = engines(2)
+    first = claim_cores([0, 1, 2, 3], 2, path, pid=one.pid)
+    second = claim_cores([0, 1, 2, 3], 2, path, pid=two.pid)
+    assert (first, second) == ([0, 1], [2, 3])
+    assert claim_cores([0, 1, 2, 3], 2, path, pid=two.pid) == [2, 3]  # again: its own
+    recorded = json.loads(path.read_text())
+    assert recorded == {
+        str(one.pid): {"group": "", "cores": [0, 1]},
+        str(two.pid): {"group": "", "cores": [2, 3]},
+    }
+    (third,) = engines(1)  # autoscaled up: both slots held once, it shares the first
+    assert claim_cores([0, 1, 2, 3], 2, path, pid=third.pid) == [0, 1]
+    one.kill()
+    one.wait()
+    # the first engine died: the first slot is held once now, the second still once
+    assert claim_cores([0, 1, 2, 3], 2, path, pid=_dead_pid() + 10**6) == [0, 1]
+    assert str(one.pid) not in json.loads(path.read_text())
 
 
 def test_a_dead_engines_claim_frees_its_slot(tmp_path):
@@ -74,25 +86,17 @@ def test_one_replica_binds_every_core_and_writes_nothing(tmp_path):
     assert not path.exists()
 
 
-def test_a_models_replicas_spread_over_the_cores_before_sharing_one(tmp_path):
+def test_a_models_replicas_spread_over_the_cores_before_sharing_one(tmp_path, engines):
     """Two models of two replicas on two cores, started interleaved (as Serve does): each
     model gets both cores, so the one under load is not left on one of them."""
     path = tmp_path / "slots.json"
-    sleepers = [
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(4)
+    order = ["a", "b", "a", "b"]
+    got = [
+        claim_cores([0, 1], 4, path, pid=proc.pid, group=model)
+        for proc, model in zip(engines(4), order, strict=True)
     ]
-    try:
-        order = ["a", "b", "a", "b"]
-        got = [
-            claim_cores([0, 1], 4, path, pid=proc.pid, group=model)
-            for proc, model in zip(sleepers, order, strict=True)
-        ]
-        assert sorted(map(tuple, got[0::2])) == [(0,), (1,)]  # model a
-        assert sorted(map(tuple, got[1::2])) == [(0,), (1,)]  # model b
-    finally:
-        for proc in sleepers:
-            proc.kill()
-            proc.wait()
+    assert sorted(map(tuple, got[0::2])) == [(0,), (1,)]  # model a
+    assert sorted(map(tuple, got[1::2])) == [(0,), (1,)]  # model b
 
 
 def test_an_unreadable_registry_counts_as_empty(tmp_path):
